@@ -1,0 +1,188 @@
+"""Flax helpers shared by the agents: module dictionary, train state, Polyak update, checkpoints.
+
+Gradient routing (read this before writing a loss): all of an agent's networks live in one
+:class:`ModuleDict` with one parameter tree and one optimizer. A module call
+``network.select('critic')(obs, actions, params=grad_params)`` uses the parameters being
+differentiated and therefore passes gradient to them; the same call *without* ``params=``
+uses the stored parameters ``network.params``, which are constants inside ``jax.grad`` and
+receive exactly zero gradient. So the TD target's ``target_critic``, the distillation target and
+the critic inside the actor's Q term are called without ``params=`` (tests/test_flax_utils.py and
+the agent tests check the zeros).
+"""
+
+import os
+import tempfile
+from typing import Any, Callable, Dict, Optional
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from flax import serialization
+
+nonpytree_field = lambda: flax.struct.field(pytree_node=False)  # noqa: E731 - static config fields
+
+
+class ModuleDict(nn.Module):
+    """A dictionary of named modules sharing one parameter tree (``params['modules_<name>']``).
+
+    ``init`` calls every module once (``name=None``) with the example inputs given as
+    ``{name: args}``; ``apply(..., name=NAME)`` calls one of them.
+    """
+
+    modules: Dict[str, nn.Module]
+
+    @nn.compact
+    def __call__(self, *args, name=None, **kwargs):
+        if name is None:
+            if kwargs.keys() != self.modules.keys():
+                raise ValueError(
+                    f"ModuleDict init needs example inputs for exactly {sorted(self.modules)}, "
+                    f"got {sorted(kwargs)}."
+                )
+            out = {}
+            for key, value in kwargs.items():
+                inputs = value if isinstance(value, (tuple, list)) else (value,)
+                out[key] = self.modules[key](*inputs)
+            return out
+        return self.modules[name](*args, **kwargs)
+
+
+class TrainState(flax.struct.PyTreeNode):
+    """Parameters, optimizer state and step count of a :class:`ModuleDict` (immutable).
+
+    ``state(*args, params=None, name=NAME)`` applies module ``NAME`` with ``params`` when given
+    (gradient flows to them) or with the stored ``self.params`` otherwise (no gradient).
+    """
+
+    step: int
+    apply_fn: Callable = nonpytree_field()
+    model_def: Any = nonpytree_field()
+    params: Any
+    tx: Any = nonpytree_field()
+    opt_state: Any
+
+    @classmethod
+    def create(cls, model_def, params, tx=None, **kwargs):
+        opt_state = tx.init(params) if tx is not None else None
+        return cls(
+            step=1, apply_fn=model_def.apply, model_def=model_def, params=params, tx=tx,
+            opt_state=opt_state, **kwargs,
+        )
+
+    def __call__(self, *args, params=None, method=None, **kwargs):
+        if params is None:
+            params = self.params
+        variables = {"params": params}
+        if method is not None:
+            method = getattr(self.model_def, method)
+        return self.apply_fn(variables, *args, method=method, **kwargs)
+
+    def select(self, name):
+        """The call of module ``name``: ``state.select('critic')(obs, actions, params=...)``."""
+        return lambda *args, **kwargs: self(*args, name=name, **kwargs)
+
+    def apply_gradients(self, grads):
+        updates, new_opt_state = self.tx.update(grads, self.opt_state, self.params)
+        new_params = optax.apply_updates(self.params, updates)
+        return self.replace(step=self.step + 1, params=new_params, opt_state=new_opt_state)
+
+    def apply_loss_fn(self, loss_fn):
+        """One optimizer step on ``loss_fn(params) -> (loss, info)``; returns ``(state, info)``.
+
+        ``info`` gains ``grad/norm``, ``grad/max``, ``grad/min`` (over all parameters).
+        """
+        grads, info = jax.grad(loss_fn, has_aux=True)(self.params)
+        leaves = jax.tree_util.tree_leaves(grads)
+        info = dict(info)
+        info["grad/norm"] = jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in leaves))
+        info["grad/max"] = jnp.max(jnp.stack([jnp.max(g) for g in leaves]))
+        info["grad/min"] = jnp.min(jnp.stack([jnp.min(g) for g in leaves]))
+        return self.apply_gradients(grads=grads), info
+
+
+def polyak_update(source_params, target_params, tau: float):
+    """Pure Polyak averaging ``target <- tau * source + (1 - tau) * target`` (leafwise).
+
+    Returns the new target tree; neither input is modified.
+    """
+    return jax.tree_util.tree_map(lambda s, t: tau * s + (1.0 - tau) * t, source_params, target_params)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is missing, truncated, corrupt or does not fit the agent."""
+
+
+def save_agent(agent, path: str, metadata: Optional[dict] = None) -> str:
+    """Write ``agent`` (any Flax pytree) to ``path`` with flax msgpack serialization (no pickle).
+
+    The file is written to a temporary name in the same directory and renamed, so an interrupted
+    save never leaves a half-written checkpoint under ``path``. ``metadata`` (a JSON-like dict of
+    plain values, e.g. the step) is stored beside the state. Returns ``path``.
+    """
+    path = os.path.abspath(os.path.expanduser(path))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    payload = {"agent": serialization.to_state_dict(jax.device_get(agent)), "metadata": metadata or {}}
+    data = serialization.msgpack_serialize(payload)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp_ckpt_")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def load_checkpoint_metadata(path: str) -> dict:
+    """The ``metadata`` dict stored by :func:`save_agent`. Raises :class:`CheckpointError`."""
+    return _read_payload(path).get("metadata", {})
+
+
+def restore_agent(agent, path: str):
+    """Return ``agent`` with every leaf replaced by the one stored in ``path``.
+
+    ``agent`` is a template of the same structure (e.g. a freshly created agent with the same
+    config). Raises :class:`CheckpointError` (a ``ValueError``) naming the file when it does not
+    exist, cannot be decoded (truncated or corrupt), or does not match the template's structure
+    or shapes.
+    """
+    payload = _read_payload(path)
+    if "agent" not in payload:
+        raise CheckpointError(f"Checkpoint {path} has no 'agent' entry; it was not written by save_agent.")
+    try:
+        restored = serialization.from_state_dict(agent, payload["agent"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"Checkpoint {path} does not match this agent's structure: {e}") from e
+    want = jax.tree_util.tree_map(lambda x: getattr(x, "shape", None), agent)
+    got = jax.tree_util.tree_map(lambda x: getattr(x, "shape", None), restored)
+    if want != got:
+        raise CheckpointError(
+            f"Checkpoint {path} has parameter shapes that differ from this agent's config "
+            "(different network sizes, horizon_length or action dimension?)."
+        )
+    return jax.tree_util.tree_map(
+        lambda t, r: jnp.asarray(r, dtype=t.dtype) if isinstance(t, jax.Array) else r, agent, restored
+    )
+
+
+def _read_payload(path: str) -> dict:
+    path = os.path.abspath(os.path.expanduser(path))
+    if not os.path.isfile(path):
+        raise CheckpointError(f"Checkpoint file not found: {path}")
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        payload = serialization.msgpack_restore(data)
+    except Exception as e:  # msgpack raises several unrelated types for damaged input
+        raise CheckpointError(
+            f"Checkpoint {path} is truncated or corrupt ({type(e).__name__}: {e}); "
+            f"it is {len(data)} bytes long."
+        ) from e
+    if not isinstance(payload, dict):
+        raise CheckpointError(f"Checkpoint {path} does not hold a qc checkpoint.")
+    return payload
