@@ -1,0 +1,131 @@
+"""Run logging: one CSV file per prefix, optional wandb, run naming and run metadata.
+
+``Logger.log(info, prefix, step)`` writes ``info`` (a flat dict of scalars) as one row of
+``<save_dir>/<prefix>.csv`` (prefixes used by the drivers: ``eval``, ``offline_agent``,
+``online_agent``, ``env``) and, when wandb is on, as ``<prefix>/<key>`` at ``step``.
+"""
+
+import csv
+import json
+import math
+import os
+from datetime import datetime
+from typing import Dict, Optional
+
+import numpy as np
+
+
+def _to_scalar(value):
+    """A plain Python float/int/str for one logged value; arrays must have size 1."""
+    if isinstance(value, (str, bool, int, float)):
+        return value
+    arr = np.asarray(value)
+    if arr.size != 1:
+        raise ValueError(f"Only scalars can be logged, got an array of shape {arr.shape}.")
+    return arr.item()
+
+
+class CsvLogger:
+    """Appends rows to a CSV file; the header is the union of all keys seen so far.
+
+    A row with a key the file does not have yet rewrites the file once with the wider header
+    (earlier rows get empty cells), so columns never shift. Every row carries ``step`` first.
+    ``resume=True`` continues an existing file instead of starting a new one.
+    """
+
+    def __init__(self, path: str, resume: bool = False):
+        self.path = path
+        self.fieldnames = []
+        if resume and os.path.exists(path):
+            with open(path, newline="") as f:
+                reader = csv.reader(f)
+                self.fieldnames = next(reader, [])
+        elif os.path.exists(path):
+            os.remove(path)
+
+    def log(self, row: Dict, step: int):
+        row = {"step": int(step), **{k: _to_scalar(v) for k, v in row.items()}}
+        new_keys = [k for k in row if k not in self.fieldnames]
+        if new_keys:
+            old_rows = []
+            if os.path.exists(self.path):
+                with open(self.path, newline="") as f:
+                    old_rows = list(csv.DictReader(f))
+            self.fieldnames = self.fieldnames + new_keys
+            with open(self.path, "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=self.fieldnames)
+                writer.writeheader()
+                writer.writerows(old_rows)
+        with open(self.path, "a", newline="") as f:
+            csv.DictWriter(f, fieldnames=self.fieldnames).writerow(row)
+
+
+class Logger:
+    """CSV per prefix plus optional wandb (``wandb_run`` None: CSV only)."""
+
+    def __init__(self, save_dir: str, wandb_run=None, resume: bool = False):
+        self.save_dir = save_dir
+        self.wandb_run = wandb_run
+        self.resume = resume
+        self.csv_loggers: Dict[str, CsvLogger] = {}
+        os.makedirs(save_dir, exist_ok=True)
+
+    def log(self, info: Dict, prefix: str, step: int):
+        if prefix not in self.csv_loggers:
+            self.csv_loggers[prefix] = CsvLogger(os.path.join(self.save_dir, f"{prefix}.csv"), self.resume)
+        self.csv_loggers[prefix].log(info, step)
+        if self.wandb_run is not None:
+            self.wandb_run.log({f"{prefix}/{k}": _to_scalar(v) for k, v in info.items()}, step=step)
+
+    def close(self):
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+
+
+def setup_wandb(project: str, group: str, name: str, config: Dict, mode: str, save_dir: str,
+                run_id: Optional[str] = None):
+    """Start a wandb run, or return None when ``mode == 'disabled'``.
+
+    ``mode`` is ``online`` (needs an account and network), ``offline`` (writes to
+    ``<save_dir>/wandb``; sync later with ``wandb sync``) or ``disabled``. No ``start_method``
+    setting is passed (current wandb rejects it). ``run_id`` resumes the run with that id.
+    Raises ``ValueError`` for an unknown mode.
+    """
+    if mode not in ("online", "offline", "disabled"):
+        raise ValueError(f"--wandb_mode must be online, offline or disabled, got {mode!r}.")
+    if mode == "disabled":
+        return None
+    import wandb  # imported here: a CSV-only run does not pay for it
+
+    return wandb.init(
+        project=project, group=group, name=name, config=config, mode=mode, dir=save_dir,
+        id=run_id, resume="allow" if run_id else None,
+    )
+
+
+def get_exp_name(env_name: str, seed: int, tag: str = "") -> str:
+    """``<timestamp>_<env_name>_sd<seed>[_tag]``, e.g. ``20261129_231500_cube-double-..._sd000``."""
+    stamp = datetime.now().strftime("%Y%m%d_%H%M%S")
+    name = f"{stamp}_{env_name}_sd{seed:03d}"
+    return f"{name}_{tag}" if tag else name
+
+
+def write_json(path: str, data: Dict):
+    """Write ``data`` as indented JSON (non-finite floats as strings, other objects via ``str``)."""
+
+    def default(obj):
+        if isinstance(obj, (np.floating, np.integer)):
+            return obj.item()
+        return str(obj)
+
+    def clean(obj):
+        if isinstance(obj, float) and not math.isfinite(obj):
+            return str(obj)
+        if isinstance(obj, dict):
+            return {k: clean(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [clean(v) for v in obj]
+        return obj
+
+    with open(path, "w") as f:
+        json.dump(clean(data), f, indent=2, default=default, sort_keys=True)

@@ -1,0 +1,220 @@
+"""Pieces shared by the two drivers (main.py, main_online.py), written once.
+
+* :func:`define_common_flags`: the flags both drivers take, each with its help text.
+* :func:`validate_common_flags`: a clear error for every bad value, before anything runs.
+* :func:`setup_run`: run directory, ``flags.json``, CSV/wandb :class:`log_utils.Logger`.
+* :func:`should_evaluate` / :func:`should_save`: the evaluation and checkpoint schedule.
+* :class:`OnlineCollector`: one environment step with open-loop chunk execution
+  (:class:`evaluation.ActionQueue`), the online reward transform and the replay-buffer write.
+* :func:`evaluate_and_log`, :func:`save_checkpoint`, :func:`stack_for_utd`.
+"""
+
+import os
+import time
+from typing import Callable, Dict, Optional
+
+import jax
+import numpy as np
+from absl import flags, logging
+
+from evaluation import ActionQueue, evaluate, make_policy_fn
+from log_utils import Logger, get_exp_name, setup_wandb, write_json
+from utils.flax_utils import save_agent
+
+
+def define_common_flags(default_agent: str, default_env: str):
+    """Define the flags both drivers share (call once at import time of a driver)."""
+    from ml_collections import config_flags
+
+    flags.DEFINE_string("run_group", "Debug", "wandb group and sub-folder of --save_dir for this run.")
+    flags.DEFINE_integer("seed", 0, "Random seed of the agent, the datasets' samplers and the environments.")
+    flags.DEFINE_string("env_name", default_env, "Environment (and dataset) name, e.g. "
+                        "cube-double-play-singletask-task2-v0 or lift-mh-low_dim.")
+    flags.DEFINE_string("save_dir", "exp/", "Root directory of run outputs (CSV logs, flags.json, checkpoints).")
+    flags.DEFINE_integer("online_steps", 1000000, "Number of online environment steps.")
+    flags.DEFINE_integer("buffer_size", 2000000, "Replay buffer capacity in transitions.")
+    flags.DEFINE_integer("log_interval", 5000, "Log training metrics every this many steps.")
+    flags.DEFINE_integer("eval_interval", 100000, "Evaluate every this many steps of each phase (0: only at "
+                         "the end of each phase).")
+    flags.DEFINE_integer("eval_episodes", 50, "Number of evaluation episodes (success rate = mean over them).")
+    flags.DEFINE_integer("video_episodes", 0, "Number of extra rendered evaluation episodes (logged to wandb).")
+    flags.DEFINE_integer("video_frame_skip", 3, "Keep every this-many-th frame in evaluation videos.")
+    flags.DEFINE_integer("save_interval", -1, "Save an agent checkpoint every this many steps (<= 0: only at "
+                         "the end of each phase).")
+    flags.DEFINE_integer("start_training", 5000, "Online environment step at which gradient updates start.")
+    flags.DEFINE_integer("utd_ratio", 1, "Update-to-data ratio: gradient steps per online environment step, "
+                         "run as one lax.scan over UTD stacked batches.")
+    flags.DEFINE_integer("horizon_length", 5, "Action chunk length h (1: no chunking, plain single-step RL).")
+    flags.DEFINE_bool("sparse", False, "Sparse reward r -> -(r != 0), applied to the offline data and to every "
+                      "online reward (the paper uses it for scene and puzzle-3x3).")
+    flags.DEFINE_float("dataset_proportion", 1.0, "Use only the first this fraction of the offline dataset.")
+    flags.DEFINE_integer("dataset_replace_interval", 1000, "With --ogbench_dataset_dir holding several npz "
+                         "shards: load the next shard every this many steps (0: never).")
+    flags.DEFINE_string("ogbench_dataset_dir", None, "Directory of OGBench npz files (default ~/.ogbench/data); "
+                        "a directory of shards is cycled, see --dataset_replace_interval.")
+    flags.DEFINE_string("dataset_path", None, "Explicit path of one OGBench npz dataset file (overrides "
+                        "--ogbench_dataset_dir).")
+    flags.DEFINE_enum("wandb_mode", "disabled", ["online", "offline", "disabled"], "wandb mode: online needs an "
+                      "account and network; offline writes locally; disabled logs to CSV only.")
+    flags.DEFINE_string("wandb_project", "qc", "wandb project name.")
+    flags.DEFINE_bool("progress", True, "Show tqdm progress bars.")
+    config_flags.DEFINE_config_file("agent", default_agent, "Agent config file; override keys with "
+                                    "--agent.KEY=VALUE (e.g. --agent.actor_num_samples=32).", lock_config=False)
+
+
+def validate_common_flags(FLAGS):
+    """Raise ``ValueError`` naming the flag for every out-of-range value."""
+    checks = [
+        ("online_steps", FLAGS.online_steps >= 0, "must be >= 0"),
+        ("buffer_size", FLAGS.buffer_size >= 1, "must be >= 1"),
+        ("log_interval", FLAGS.log_interval >= 1, "must be >= 1"),
+        ("eval_interval", FLAGS.eval_interval >= 0, "must be >= 0"),
+        ("eval_episodes", FLAGS.eval_episodes >= 0, "must be >= 0"),
+        ("video_episodes", FLAGS.video_episodes >= 0, "must be >= 0"),
+        ("video_frame_skip", FLAGS.video_frame_skip >= 1, "must be >= 1"),
+        ("start_training", FLAGS.start_training >= 0, "must be >= 0"),
+        ("utd_ratio", FLAGS.utd_ratio >= 1, "must be >= 1"),
+        ("horizon_length", FLAGS.horizon_length >= 1, "must be >= 1"),
+        ("dataset_proportion", 0.0 < FLAGS.dataset_proportion <= 1.0, "must be in (0, 1]"),
+        ("dataset_replace_interval", FLAGS.dataset_replace_interval >= 0, "must be >= 0"),
+    ]
+    for name, ok, why in checks:
+        if not ok:
+            raise ValueError(f"--{name}={getattr(FLAGS, name)} {why}.")
+
+
+def agent_config(FLAGS) -> Dict:
+    """A copy of ``--agent`` with ``horizon_length`` taken from ``--horizon_length``.
+
+    Raises ``ValueError`` when ``--agent.horizon_length`` was also given and disagrees.
+    """
+    config = FLAGS.agent.copy_and_resolve_references()
+    if config.get("horizon_length") not in (None, FLAGS.horizon_length):
+        raise ValueError(
+            f"--agent.horizon_length={config.horizon_length} disagrees with --horizon_length="
+            f"{FLAGS.horizon_length}; set only --horizon_length."
+        )
+    config.horizon_length = FLAGS.horizon_length
+    return config
+
+
+def setup_run(FLAGS, extra_metadata: Optional[Dict] = None):
+    """Create ``<save_dir>/<run_group>/<exp_name>/``, write ``flags.json`` and return ``(run_dir, logger)``.
+
+    ``flags.json`` holds every flag value, the resolved agent config and ``extra_metadata``
+    (e.g. the ogbench version and its reward/success timing).
+    """
+    exp_name = get_exp_name(FLAGS.env_name, FLAGS.seed)
+    run_dir = os.path.join(FLAGS.save_dir, FLAGS.run_group, exp_name)
+    os.makedirs(run_dir, exist_ok=True)
+    flag_values = {k: getattr(FLAGS, k) for k in FLAGS if k != "agent" and not k.startswith("helpfull")}
+    flag_values = {k: v for k, v in flag_values.items() if isinstance(v, (str, int, float, bool, type(None)))}
+    metadata = {"flags": flag_values, "agent": FLAGS.agent.to_dict(), **(extra_metadata or {})}
+    write_json(os.path.join(run_dir, "flags.json"), metadata)
+    wandb_run = setup_wandb(FLAGS.wandb_project, FLAGS.run_group, exp_name, metadata, FLAGS.wandb_mode, run_dir)
+    logging.info("Run directory: %s", run_dir)
+    return run_dir, Logger(run_dir, wandb_run)
+
+
+def should_evaluate(step: int, phase_steps: int, eval_interval: int) -> bool:
+    """True at each multiple of ``eval_interval`` and at the last step of a phase (once each)."""
+    return step == phase_steps or (eval_interval > 0 and step % eval_interval == 0)
+
+
+def should_save(step: int, phase_steps: int, save_interval: int) -> bool:
+    """True at each multiple of ``save_interval`` (when > 0) and at the last step of a phase."""
+    return step == phase_steps or (save_interval > 0 and step % save_interval == 0)
+
+
+def save_checkpoint(agent, run_dir: str, step: int, phase: str) -> str:
+    """Save ``agent`` to ``<run_dir>/checkpoints/agent_<step>.msgpack`` (no pickle)."""
+    path = os.path.join(run_dir, "checkpoints", f"agent_{step}.msgpack")
+    return save_agent(agent, path, metadata={"step": int(step), "phase": phase})
+
+
+def evaluate_and_log(agent, eval_env, FLAGS, logger: Logger, step: int, action_dim: int) -> Dict:
+    """Run :func:`evaluation.evaluate` and log its stats under ``eval`` at ``step``.
+
+    The evaluation's key stream is seeded from ``--seed`` and ``step`` and never touches the
+    training stream. Returns the stats (``success`` is the success rate).
+    """
+    start = time.time()
+    stats, _, renders = evaluate(
+        agent, eval_env, num_eval_episodes=FLAGS.eval_episodes, num_video_episodes=FLAGS.video_episodes,
+        video_frame_skip=FLAGS.video_frame_skip, action_dim=action_dim, seed=FLAGS.seed * 1000003 + step,
+        progress=FLAGS.progress,
+    )
+    stats["time"] = time.time() - start
+    logger.log(stats, "eval", step=step)
+    if renders and logger.wandb_run is not None:
+        import wandb
+
+        video = np.concatenate(renders, axis=0).transpose(0, 3, 1, 2)  # (T, 3, H, W)
+        logger.wandb_run.log({"eval/video": wandb.Video(video, fps=15)}, step=step)
+    logging.info("step %d: eval success %.3f", step, stats.get("success", float("nan")))
+    return stats
+
+
+def stack_for_utd(batch: Dict, utd_ratio: int) -> Dict:
+    """Reshape a batch of ``utd_ratio * B`` rows to ``(utd_ratio, B, ...)`` for ``batch_update``."""
+    return jax.tree_util.tree_map(lambda x: x.reshape((utd_ratio, -1) + x.shape[1:]), batch)
+
+
+class OnlineCollector:
+    """Steps the training environment with open-loop chunks and writes transitions to a buffer.
+
+    Args:
+        env: training env (gymnasium API).
+        agent_fn: ``() -> agent``; the current agent is read at every policy call.
+        action_dim: size of one environment action.
+        reward_fn: the online reward transform of the env (``envs`` applies the same one to the
+            offline data: sparse rewards, robomimic's -1 shift).
+        rng: the collector's own JAX key stream.
+        seed: seed of the first ``env.reset``.
+
+    ``step(buffer)`` executes one action, adds ``(observations, actions, rewards, terminals,
+    masks, next_observations)`` with ``terminals = terminated or truncated`` (trajectory end) and
+    ``masks = 1 - terminated`` (no bootstrap only on a true termination), resets the env and the
+    chunk queue at episode ends, and returns the final ``info`` of a finished episode (else None).
+    """
+
+    def __init__(self, env, agent_fn: Callable, action_dim: int, reward_fn: Callable, rng, seed: int):
+        self.env = env
+        self.agent_fn = agent_fn
+        self.reward_fn = reward_fn
+        self._rng = rng
+
+        def policy_fn(observation):
+            self._rng, key = jax.random.split(self._rng)
+            return np.asarray(self.agent_fn().sample_actions(observation, rng=key))
+
+        self.queue = ActionQueue(policy_fn, action_dim)
+        self.observation, _ = env.reset(seed=seed)
+        self.num_episodes = 0
+
+    def step(self, buffer) -> Optional[Dict]:
+        action = self.queue(self.observation)
+        next_observation, reward, terminated, truncated, info = self.env.step(action)
+        done = bool(terminated or truncated)
+        buffer.add_transition(dict(
+            observations=self.observation,
+            actions=np.asarray(action, dtype=np.float32),
+            rewards=np.float32(self.reward_fn(reward)),
+            terminals=np.float32(done),
+            masks=np.float32(1.0 - float(terminated)),
+            next_observations=next_observation,
+        ))
+        if done:
+            self.observation, _ = self.env.reset()
+            self.queue.reset()
+            self.num_episodes += 1
+            return info
+        self.observation = next_observation
+        return None
+
+
+__all__ = [
+    "define_common_flags", "validate_common_flags", "agent_config", "setup_run", "should_evaluate",
+    "should_save", "save_checkpoint", "evaluate_and_log", "stack_for_utd", "OnlineCollector",
+    "make_policy_fn",
+]
