@@ -1,0 +1,436 @@
+"""Offline datasets and the online replay buffer, with the chunked batch contract of Q-chunking.
+
+Two classes, both read-only mappings from field name to a numpy array whose leading axis is the
+row (one transition per row, trajectories stored one after another):
+
+- `Dataset`: a fixed set of rows. Sampling draws rows uniformly; `sample_sequence` draws windows
+  of `H` consecutive rows and returns the chunked batch described in DESIGN.md section 4 (paper
+  Sec. 3: the critic target `R_t^h + gamma^h * m * Qbar(s_{t+h}, A*_{t+h})` needs the partial
+  discounted sums `R_t^k`, the running mask and the trajectory-end flags of every step).
+- `ReplayBuffer`: a `Dataset` over fixed-size circular storage that `add_transition` writes into.
+  It samples in *time order*, so no window ever runs across the write position.
+
+Randomness is explicit: every dataset owns a seeded `np.random.Generator` (`dataset.rng`) and
+every sampling method accepts an `rng=` that overrides it. Global `np.random` is never used.
+
+Required fields: `observations, actions, rewards, terminals, masks, next_observations`.
+`rewards`, `masks` and `terminals` are 1-D (one number per row); other fields (e.g. `qpos`) are
+carried along and returned by `sample`.
+
+Differences from the reference implementation (ColinQiyangLi/qc, `utils/datasets.py`):
+- `full_observations`, `next_observations` and `actions` keep the stored dtype (the reference
+  built them in float64, which for images multiplies memory by 8); rewards, masks, terminals and
+  valid are float32.
+- `stop_reward_at_mask_zero=True` offers corrected partial reward sums (off by default).
+- `ReplayBuffer` samples in time order (see the class docstring); the reference drew storage
+  indices, so after a wrap a window could join the newest and the oldest rows.
+- Bad input raises `ValueError` at creation / insertion rather than producing silent garbage.
+"""
+
+from collections.abc import Mapping
+
+import numpy as np
+
+REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals", "masks", "next_observations")
+# Fields checked for NaN / inf: everything a network sees or a loss is built from.
+FINITE_KEYS = ("observations", "next_observations", "actions", "rewards")
+# Fields holding one number per row.
+SCALAR_KEYS = ("rewards", "masks", "terminals")
+
+
+def _first_nonfinite_row(arr):
+    """Index of the first row of `arr` holding NaN or inf, or None. Integer/bool dtypes are skipped."""
+    if not np.issubdtype(arr.dtype, np.inexact):
+        return None
+    finite = np.isfinite(arr)
+    if finite.all():
+        return None
+    bad_rows = ~finite.reshape(len(arr), -1).all(axis=1)  # (N,)
+    return int(np.argmax(bad_rows))
+
+
+def _check_fields(fields, *, check_finite=True):
+    """Validate a dict of per-row arrays; return the common length. Raises ValueError."""
+    missing = [k for k in REQUIRED_KEYS if k not in fields]
+    if missing:
+        raise ValueError(f"missing required field(s) {missing}; got {sorted(fields)}")
+    for key, arr in fields.items():
+        if arr.ndim == 0:
+            raise ValueError(f"field '{key}' is a scalar; every field needs a leading row axis")
+    lengths = {key: len(arr) for key, arr in fields.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"fields have different lengths (rows): {lengths}")
+    for key in SCALAR_KEYS:
+        if key in fields and fields[key].ndim != 1:
+            raise ValueError(f"field '{key}' must be 1-D (one number per row), got shape {fields[key].shape}")
+    if "observations" in fields and "next_observations" in fields:
+        ob, next_ob = fields["observations"].shape[1:], fields["next_observations"].shape[1:]
+        if ob != next_ob:
+            raise ValueError(f"observations rows have shape {ob}, next_observations rows {next_ob}")
+    for key in FINITE_KEYS if check_finite else ():
+        if key in fields:
+            row = _first_nonfinite_row(fields[key])
+            if row is not None:
+                raise ValueError(f"field '{key}' has a non-finite value (NaN or inf) at row {row}")
+    return next(iter(lengths.values())) if lengths else 0
+
+
+class Dataset(Mapping):
+    """Read-only mapping `name -> array (N, ...)` with uniform and chunked sampling.
+
+    Build with `Dataset.create(**fields)`. Supports `ds['actions']`, `ds.keys()`, `ds.items()`,
+    `dict(ds)`, `ds.size` (number of rows N) and `ds.copy(add_or_replace=...)`.
+    `len(ds)` is the number of fields (as for any mapping), not the number of rows. Datasets
+    compare and hash by identity (comparing arrays field by field would be ambiguous).
+
+    Attributes:
+        rng: the `np.random.Generator` used when a sampling call gets no `rng=`.
+        stop_reward_at_mask_zero: selects the partial reward sums of `sample_sequence`
+            (False: reference behaviour; True: corrected sums). See `sample_sequence`.
+    """
+
+    def __init__(self, fields, *, rng, stop_reward_at_mask_zero=False):
+        """Low-level constructor: trusts `fields` (already validated). Use `create`."""
+        self._fields = dict(fields)
+        self.rng = rng
+        self.stop_reward_at_mask_zero = bool(stop_reward_at_mask_zero)
+
+    @classmethod
+    def create(cls, *, seed=0, rng=None, stop_reward_at_mask_zero=False, **fields):
+        """Build a dataset from per-row arrays.
+
+        Args:
+            seed: seeds the dataset's own generator `np.random.default_rng(seed)`; ignored when
+                `rng` is given.
+            rng: an `np.random.Generator` to own instead (shared, not copied).
+            stop_reward_at_mask_zero: False (default) reproduces the reference partial reward
+                sums; True stops each sum after the first step whose mask is 0. See
+                `sample_sequence`.
+            **fields: arrays of equal leading length N. Required: observations (N, *ob),
+                actions (N, A), rewards (N,), terminals (N,), masks (N,),
+                next_observations (N, *ob). Any other field (e.g. qpos) is kept.
+
+        The dataset holds read-only views of the arrays (no copy); the caller's arrays and
+        their flags are left alone.
+
+        Raises:
+            ValueError: a required field is missing; fields have different lengths; rewards,
+                masks or terminals are not 1-D; observation and next-observation rows differ in
+                shape; observations, next_observations, actions or rewards hold NaN/inf (the
+                message names the field and the first bad row).
+        """
+        arrays = {}
+        for key, value in fields.items():
+            view = np.asarray(value).view()
+            view.setflags(write=False)
+            arrays[key] = view
+        _check_fields(arrays)
+        return cls(arrays, rng=rng if rng is not None else np.random.default_rng(seed),
+                   stop_reward_at_mask_zero=stop_reward_at_mask_zero)
+
+    # ---- mapping interface ----
+    def __getitem__(self, key):
+        return self._fields[key]
+
+    def __iter__(self):
+        return iter(self._fields)
+
+    def __len__(self):
+        return len(self._fields)
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    def __repr__(self):
+        shapes = ", ".join(f"{k}: {v.shape} {v.dtype}" for k, v in self._fields.items())
+        return f"{type(self).__name__}(size={self.size}, {shapes})"
+
+    @property
+    def size(self):
+        """Number of rows that can be sampled."""
+        return len(self._fields["observations"])
+
+    def copy(self, add_or_replace=None):
+        """A new Dataset with some fields added or replaced (validated like `create`).
+
+        The copy shares this dataset's generator and `stop_reward_at_mask_zero`.
+        """
+        fields = dict(self._fields)
+        fields.update(add_or_replace or {})
+        return type(self).create(
+            rng=self.rng, stop_reward_at_mask_zero=self.stop_reward_at_mask_zero, **fields
+        )
+
+    # ---- sampling ----
+    def _physical(self, logical):
+        """Map logical row indices (0 = oldest) to storage indices. Identity for a Dataset."""
+        return logical
+
+    def _start_indices(self, batch_size, sequence_length, rng, idxs):
+        """Start rows of the windows: given `idxs` (checked) or uniform draws from [0, size - H]."""
+        if not isinstance(sequence_length, (int, np.integer)) or sequence_length < 1:
+            raise ValueError(f"sequence_length must be an integer >= 1, got {sequence_length!r}")
+        if self.size == 0:
+            raise ValueError(f"cannot sample from an empty {type(self).__name__} (size 0)")
+        if sequence_length > self.size:
+            raise ValueError(f"sequence_length {sequence_length} is longer than the data ({self.size} rows)")
+        high = self.size - sequence_length  # last valid start, inclusive
+        if idxs is None:
+            rng = rng if rng is not None else self.rng
+            return rng.integers(0, high + 1, size=batch_size)
+        idxs = np.asarray(idxs)
+        if idxs.shape != (batch_size,) or not np.issubdtype(idxs.dtype, np.integer):
+            raise ValueError(f"idxs must be {batch_size} integers, got shape {idxs.shape} dtype {idxs.dtype}")
+        if idxs.size and (idxs.min() < 0 or idxs.max() > high):
+            raise ValueError(f"idxs must lie in [0, {high}] for sequence_length {sequence_length}")
+        return idxs
+
+    def sample(self, batch_size, rng=None, idxs=None):
+        """Sample `batch_size` single transitions, uniformly over the rows.
+
+        Args:
+            batch_size: B.
+            rng: generator to draw from instead of `self.rng`.
+            idxs: optional (B,) row indices to return instead of drawing (no randomness used);
+                for a ReplayBuffer these are in time order (0 = oldest row held).
+
+        Returns:
+            dict with every field, each of shape (B, *field_shape) and stored dtype.
+
+        Raises:
+            ValueError: the dataset is empty, or `idxs` is malformed / out of range.
+        """
+        starts = self._start_indices(batch_size, 1, rng, idxs)
+        rows = self._physical(starts)
+        return {key: arr[rows] for key, arr in self._fields.items()}
+
+    # Window starting at row i, H = 3, g = discount. Row i+1 ends its trajectory with a terminal
+    # whose mask is 0; row i+2 is the first row of the next trajectory.
+    #
+    #   step k                      0          1                 2
+    #   storage row                 i          i+1               i+2
+    #   per-row reward / mask       r_i / 1    r_{i+1} / 0       r_{i+2} / 1
+    #   per-row terminal            0          1                 0
+    #   ----------------------------------------------------------------------------------------
+    #   observations                s_i        (step 0 only, shape (B, *ob))
+    #   full_observations[:, k]     s_i        s_{i+1}           s_{i+2}
+    #   actions[:, k]               a_i        a_{i+1}           a_{i+2}
+    #   next_observations[:, k]     s'_i       s'_{i+1}          s'_{i+2}      (s'_j: stored next obs)
+    #   next_actions[:, k]          a_{i+1}    a_{i+2}           a_{i+3}
+    #   rewards[:, k]  default      r_i        r_i + g r_{i+1}   r_i + g r_{i+1} + g^2 r_{i+2}
+    #   rewards[:, k]  stop flag    r_i        r_i + g r_{i+1}   r_i + g r_{i+1}    (mask_{i+1} = 0)
+    #   masks[:, k]                 1          0                 0              (running min)
+    #   terminals[:, k]             0          1                 1              (running max)
+    #   valid[:, k]                 1          1                 0              (1 - terminals[:, k-1])
+    #
+    # The critic uses column H-1 (rewards[:, -1], masks[:, -1]) weighted by valid[:, -1]; the BC
+    # loss weights step k by valid[:, k]. Step 2 above belongs to another trajectory: valid = 0.
+    def sample_sequence(self, batch_size, sequence_length, discount, rng=None, idxs=None):
+        """Sample `batch_size` windows of `sequence_length` consecutive rows (the chunked batch).
+
+        Start rows are drawn uniformly from [0, size - H] as in the reference, so a window may
+        cross a trajectory end; `valid` marks the steps after the terminal. The contract (DESIGN.md
+        section 4; paper Sec. 3, chunked critic target `R_t^h + gamma^h m Qbar(s_{t+h}, A*)`) for a
+        window starting at row i, step k = 0..H-1, with r, m, d the per-row reward, mask, terminal:
+
+            rewards[:, k]   = sum_{j<=k} discount^j r_{i+j}        (default, as the reference)
+                            = sum_{j<=k} discount^j r_{i+j} * [m_{i+l} != 0 for all l < j]
+                                                              (stop_reward_at_mask_zero=True)
+            masks[:, k]     = min_{j<=k} m_{i+j}
+            terminals[:, k] = max_{j<=k} d_{i+j}
+            valid[:, 0] = 1,  valid[:, k] = 1 - terminals[:, k-1]
+
+        The default keeps adding rewards after a step with mask 0 that is not a terminal (an
+        OGBench success inside play data), like the reference; the flag gives the sum that the
+        masked bootstrap actually implies. In both modes the sums go on past a terminal, but
+        those steps have valid = 0.
+
+        Args:
+            batch_size: B.
+            sequence_length: H >= 1 and <= size.
+            discount: gamma, the same number as the gamma^H bootstrap of the critic.
+            rng: generator to draw from instead of `self.rng`.
+            idxs: optional (B,) start rows to use instead of drawing (no randomness used); for a
+                ReplayBuffer these are in time order (0 = oldest row held), in [0, size - H].
+
+        Returns:
+            dict of numpy arrays (ob = shape of one observation, A = action dim):
+              observations (B, *ob), full_observations (B, H, *ob), actions (B, H, A),
+              next_observations (B, H, *ob), next_actions (B, H, A) (actions of row i+k+1, the
+              row index clipped to the last row held), rewards, masks, terminals, valid (B, H)
+              float32. Pixel observations (ob = (h, w, c)) use the reference layout
+              (B, h, w, H, c) for full_observations and next_observations. Observations and
+              actions keep their stored dtype.
+
+        Raises:
+            ValueError: sequence_length < 1 or longer than the data; malformed `idxs`.
+        """
+        H = sequence_length
+        starts = self._start_indices(batch_size, H, rng, idxs)  # (B,)
+        logical = starts[:, None] + np.arange(H)[None, :]  # (B, H)
+        rows = self._physical(logical)  # (B, H)
+        next_rows = self._physical(np.minimum(logical + 1, self.size - 1))  # (B, H)
+
+        step_rewards = self._fields["rewards"][rows].astype(np.float64)  # (B, H)
+        step_masks = self._fields["masks"][rows].astype(np.float32)  # (B, H)
+        step_terminals = self._fields["terminals"][rows].astype(np.float32)  # (B, H)
+
+        masks = np.minimum.accumulate(step_masks, axis=1)  # (B, H)
+        terminals = np.maximum.accumulate(step_terminals, axis=1)  # (B, H)
+        valid = np.ones_like(terminals)  # (B, H)
+        valid[:, 1:] = 1.0 - terminals[:, :-1]
+
+        discounted = step_rewards * np.power(float(discount), np.arange(H))  # (B, H)
+        if self.stop_reward_at_mask_zero:
+            # Step k counts only if every mask before it is nonzero: masks[:, k-1] != 0.
+            counted = np.ones_like(discounted, dtype=bool)  # (B, H)
+            counted[:, 1:] = masks[:, :-1] != 0
+            discounted = np.where(counted, discounted, 0.0)
+        rewards = np.cumsum(discounted, axis=1).astype(np.float32)  # (B, H)
+
+        observations = self._fields["observations"]
+        full_observations = observations[rows]  # (B, H, *ob)
+        next_observations = self._fields["next_observations"][rows]  # (B, H, *ob)
+        if observations.ndim - 1 == 3:
+            # Pixels: reference layout with the time axis before the channels.
+            full_observations = np.moveaxis(full_observations, 1, 3)  # (B, h, w, H, c)
+            next_observations = np.moveaxis(next_observations, 1, 3)  # (B, h, w, H, c)
+        actions = self._fields["actions"]
+        return dict(
+            observations=observations[rows[:, 0]],  # (B, *ob)
+            full_observations=full_observations,
+            actions=actions[rows],  # (B, H, A)
+            next_observations=next_observations,
+            next_actions=actions[next_rows],  # (B, H, A)
+            rewards=rewards,
+            masks=masks,
+            terminals=terminals,
+            valid=valid,
+        )
+
+
+class ReplayBuffer(Dataset):
+    """A Dataset over circular storage of `max_size` rows, written by `add_transition`.
+
+    Attributes: `max_size` (storage rows), `size` (rows written and held, <= max_size),
+    `pointer` (storage row the next transition goes to). `buffer[key]` is the whole storage
+    array, rows beyond `size` included (zeros until written).
+
+    Wrap-around rule: sampling works in *time order*. Logical row 0 is the oldest row held,
+    logical row size-1 the newest; logical l lives in storage row (pointer - size + l) % max_size
+    (before the first wrap this is l; after it, (pointer + l) % max_size). Windows start at a
+    logical row in [0, size - H] and cover logical rows l..l+H-1, so they never join the newest
+    row (storage pointer-1) to the oldest (storage pointer), and they wrap around the end of the
+    storage only where that is contiguous in time. Every row held is sampleable, the newest
+    included (as the last step of a window, or as the start when H = 1).
+    """
+
+    def __init__(self, fields, *, rng, stop_reward_at_mask_zero=False, size=0, pointer=0):
+        super().__init__(fields, rng=rng, stop_reward_at_mask_zero=stop_reward_at_mask_zero)
+        self.max_size = len(self._fields["observations"])
+        self._size = size
+        self.pointer = pointer
+
+    @property
+    def size(self):
+        """Number of rows held (sampleable)."""
+        return self._size
+
+    @classmethod
+    def create(cls, example_transition, size, *, seed=0, rng=None, stop_reward_at_mask_zero=False):
+        """An empty buffer of `size` rows shaped and typed like `example_transition`.
+
+        Args:
+            example_transition: dict of one transition (scalars or arrays, no row axis) with at
+                least the required fields of `Dataset.create`. Its values are not stored.
+            size: storage rows (max_size), >= 1.
+            seed, rng, stop_reward_at_mask_zero: as in `Dataset.create`.
+
+        Raises:
+            ValueError: size < 1, or a required field is missing.
+        """
+        if size < 1:
+            raise ValueError(f"size must be >= 1, got {size}")
+        storage = {}
+        for key, value in dict(example_transition).items():
+            value = np.asarray(value)
+            storage[key] = np.zeros((size, *value.shape), dtype=value.dtype)
+        _check_fields(storage, check_finite=False)
+        return cls(storage, rng=rng if rng is not None else np.random.default_rng(seed),
+                   stop_reward_at_mask_zero=stop_reward_at_mask_zero)
+
+    @classmethod
+    def create_from_initial_dataset(cls, dataset_dict, size, *, seed=0, rng=None,
+                                    stop_reward_at_mask_zero=False):
+        """A buffer holding a copy of `dataset_dict` (N rows) as its oldest rows.
+
+        Storage has max_size = max(size, N + 1) rows, as in the reference driver: a dataset
+        larger than `size` is kept whole (the buffer grows rather than dropping data), and there
+        is always room for the first online row before the oldest offline row is overwritten.
+        After creation size = pointer = N. The caller's arrays are copied, never mutated.
+
+        Args:
+            dataset_dict: a Dataset or dict of per-row arrays (see `Dataset.create`).
+            size: requested storage rows.
+            seed, rng, stop_reward_at_mask_zero: as in `Dataset.create`.
+
+        Raises:
+            ValueError: as `Dataset.create`.
+        """
+        arrays = {key: np.asarray(value) for key, value in dict(dataset_dict).items()}
+        n = _check_fields(arrays)
+        max_size = max(int(size), n + 1)
+        storage = {}
+        for key, arr in arrays.items():
+            storage[key] = np.zeros((max_size, *arr.shape[1:]), dtype=arr.dtype)
+            storage[key][:n] = arr
+        return cls(storage, rng=rng if rng is not None else np.random.default_rng(seed),
+                   stop_reward_at_mask_zero=stop_reward_at_mask_zero, size=n, pointer=n % max_size)
+
+    def copy(self, add_or_replace=None):
+        """A new ReplayBuffer with copied storage (so adding to one leaves the other alone).
+
+        Replacement arrays must have max_size rows. Shares the generator.
+        """
+        fields = {key: np.array(arr) for key, arr in self._fields.items()}
+        fields.update({key: np.array(arr) for key, arr in (add_or_replace or {}).items()})
+        _check_fields(fields)
+        if len(fields["observations"]) != self.max_size:
+            raise ValueError(f"replacement fields must have max_size={self.max_size} rows")
+        return ReplayBuffer(fields, rng=self.rng, stop_reward_at_mask_zero=self.stop_reward_at_mask_zero,
+                            size=self._size, pointer=self.pointer)
+
+    def _physical(self, logical):
+        """Logical row (0 = oldest held) -> storage row; see the class docstring."""
+        return (self.pointer - self._size + logical) % self.max_size
+
+    def add_transition(self, transition):
+        """Write one transition at `pointer`, then advance it (circularly).
+
+        Args:
+            transition: dict with exactly the buffer's fields, each a scalar/array shaped like one
+                row of storage.
+
+        Raises:
+            ValueError: a field is missing or unknown, a value has the wrong shape, or
+                observations / next_observations / actions / rewards hold NaN or inf (only the
+                added row is checked). Nothing is written when it raises.
+        """
+        transition = {key: np.asarray(value) for key, value in dict(transition).items()}
+        missing = sorted(set(self._fields) - set(transition))
+        unknown = sorted(set(transition) - set(self._fields))
+        if missing or unknown:
+            raise ValueError(
+                f"transition fields do not match the buffer: missing {missing}, unknown {unknown}"
+            )
+        for key, value in transition.items():
+            if value.shape != self._fields[key].shape[1:]:
+                raise ValueError(f"field '{key}' has shape {value.shape}, "
+                                 f"the buffer stores {self._fields[key].shape[1:]}")
+            if key in FINITE_KEYS and np.issubdtype(value.dtype, np.inexact) and not np.isfinite(value).all():
+                raise ValueError(f"field '{key}' has a non-finite value (NaN or inf) in the added transition "
+                                 f"(would be storage row {self.pointer})")
+        for key, value in transition.items():
+            self._fields[key][self.pointer] = value
+        self.pointer = (self.pointer + 1) % self.max_size
+        self._size = min(self._size + 1, self.max_size)
