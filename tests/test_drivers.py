@@ -10,8 +10,15 @@ import pytest
 
 from evaluation import ActionQueue, evaluate
 from log_utils import CsvLogger
-from utils.datasets import ReplayBuffer
-from utils.run_utils import OnlineCollector, should_evaluate, should_save, stack_for_utd
+from utils.datasets import Dataset, ReplayBuffer
+from utils.run_utils import (
+    OnlineCollector,
+    mixed_batch_sizes,
+    sample_mixed_batch,
+    should_evaluate,
+    should_save,
+    stack_for_utd,
+)
 
 
 class CountingEnv(gym.Env):
@@ -127,3 +134,27 @@ def test_csv_logger_widens_header(tmp_path):
     ]
     with pytest.raises(ValueError, match="Only scalars"):
         logger.log({"x": np.zeros(3)}, step=30)
+
+
+def _constant_dataset(value, n=50):
+    return Dataset.create(
+        observations=np.full((n, 3), value, np.float32), actions=np.zeros((n, 2), np.float32),
+        rewards=np.zeros(n, np.float32), terminals=np.zeros(n, np.float32), masks=np.ones(n, np.float32),
+        next_observations=np.full((n, 3), value, np.float32),
+    )
+
+
+@pytest.mark.parametrize("ratio,expected", [(0.25, (63, 192)), (0.5, (127, 128)), (0.0, (0, 255)), (1.0, (255, 0))])
+def test_mixed_batch_composition(ratio, expected):
+    assert mixed_batch_sizes(255, ratio) == expected
+    batch = sample_mixed_batch(_constant_dataset(1.0), _constant_dataset(-1.0), batch_size=255, utd_ratio=3,
+                               offline_ratio=ratio, sequence_length=4, discount=0.99)
+    assert batch["observations"].shape == (3, 255, 3)
+    assert batch["actions"].shape == (3, 255, 4, 2)
+    for u in range(3):  # every UTD slice has the exact split, offline rows first
+        np.testing.assert_array_equal(batch["observations"][u, :, 0], [1.0] * expected[0] + [-1.0] * expected[1])
+
+
+def test_mixed_batch_rejects_bad_ratio():
+    with pytest.raises(ValueError, match="offline_ratio"):
+        mixed_batch_sizes(256, 1.5)

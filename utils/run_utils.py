@@ -155,6 +155,14 @@ def evaluate_and_log(agent, eval_env, FLAGS, logger: Logger, step: int, action_d
     return stats
 
 
+def episode_stats(info: Dict) -> Dict:
+    """Success, return and length of a finished training episode (for the ``env`` CSV)."""
+    stats = {"success": float(info.get("success", np.nan))}
+    for k, v in info.get("episode", {}).items():
+        stats[f"episode.{k}"] = float(v)
+    return stats
+
+
 def stack_for_utd(batch: Dict, utd_ratio: int) -> Dict:
     """Reshape a batch of ``utd_ratio * B`` rows to ``(utd_ratio, B, ...)`` for ``batch_update``."""
     return jax.tree_util.tree_map(lambda x: x.reshape((utd_ratio, -1) + x.shape[1:]), batch)
@@ -213,8 +221,38 @@ class OnlineCollector:
         return None
 
 
+
+def mixed_batch_sizes(batch_size: int, offline_ratio: float):
+    """``(n_offline, n_online)`` with ``n_offline = floor(offline_ratio * batch_size)``.
+
+    The two always add up to ``batch_size`` (odd sizes too: 255 at ratio 0.5 -> 127 + 128).
+    Raises ``ValueError`` when ``offline_ratio`` is outside [0, 1].
+    """
+    if not 0.0 <= offline_ratio <= 1.0:
+        raise ValueError(f"--offline_ratio={offline_ratio} must be in [0, 1].")
+    n_offline = int(np.floor(offline_ratio * batch_size + 1e-9))
+    return n_offline, batch_size - n_offline
+
+
+def sample_mixed_batch(offline_dataset, replay_buffer, batch_size: int, utd_ratio: int, offline_ratio: float,
+                       sequence_length: int, discount: float) -> Dict:
+    """``(utd_ratio, batch_size, ...)`` windows; in every UTD slice the first ``n_offline`` rows come
+    from ``offline_dataset`` and the other ``n_online`` from ``replay_buffer`` (RLPD's symmetric
+    sampling at ``offline_ratio=0.5``; see :func:`mixed_batch_sizes`).
+    """
+    n_offline, n_online = mixed_batch_sizes(batch_size, offline_ratio)
+    parts = []
+    for source, n in ((offline_dataset, n_offline), (replay_buffer, n_online)):
+        if n > 0:
+            batch = source.sample_sequence(n * utd_ratio, sequence_length=sequence_length, discount=discount)
+            parts.append(stack_for_utd(batch, utd_ratio))  # (U, n, ...)
+    if len(parts) == 1:
+        return parts[0]
+    return jax.tree_util.tree_map(lambda a, b: np.concatenate([a, b], axis=1), *parts)  # (U, B, ...)
+
+
 __all__ = [
     "define_common_flags", "validate_common_flags", "agent_config", "setup_run", "should_evaluate",
     "should_save", "save_checkpoint", "evaluate_and_log", "stack_for_utd", "OnlineCollector",
-    "make_policy_fn",
+    "make_policy_fn", "episode_stats", "mixed_batch_sizes", "sample_mixed_batch",
 ]
