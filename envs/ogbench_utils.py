@@ -1,0 +1,398 @@
+"""OGBench single-task environments and their offline datasets, loaded from local files only.
+
+Names (see `parse_ogbench_name`):
+
+    training env   <domain>-<type>-singletask[-task<N>]-v0   e.g. cube-double-play-singletask-task2-v0
+    dataset        <domain>-<type>-v0                         e.g. cube-double-play-v0
+    gym env id     <domain>-singletask[-task<N>]-v0           what `gymnasium.make` is given
+    collection id  <domain>-v0                                the env the generator drives
+
+with <domain> in `DOMAINS` and <type> in `DATASET_TYPES`. Without `-task<N>` ogbench uses the
+domain's default task (task 2 for every manipulation domain).
+
+Files: `<dataset_dir>/<dataset>.npz` and `<dataset>-val.npz` (default dir `~/.ogbench/data`), as
+written by OGBench's `data_gen_scripts/generate_manipspace.py` or by our `envs.generate_dataset`.
+Each file stores whole trajectories row by row (keys `observations, actions, terminals, qpos,
+qvel` and, for scene and puzzle, `button_states`); `terminals` is 1 on the last row of each
+trajectory. Loading (`load_ogbench_dataset`) turns this into transitions the way
+`ogbench.utils.load_dataset(compact_dataset=False)` does:
+
+                          |<--- traj 1 --->|  |<--- traj 2 --->|
+    stored  observations  [s0, s1, s2, s3, s4, s0, s1, s2, s3, s4]
+            terminals     [ 0,  0,  0,  0,  1,  0,  0,  0,  0,  1]
+    loaded  observations      [s0, s1, s2, s3,     s0, s1, s2, s3]
+            next_obs          [s1, s2, s3, s4,     s1, s2, s3, s4]
+            terminals         [ 0,  0,  0,  1,      0,  0,  0,  1]
+
+then relabels `rewards` and `masks` for the env's task with `ogbench.relabel_utils.relabel_dataset`
+from the stored simulator state of each row (`qpos`, `qvel`, `button_states` of s_t), and clips
+actions to [-1 + eps, 1 - eps].
+
+Reward timing (ogbench 1.2.2, `ogbench/manipspace/__init__.py` and `envs/manipspace_env.py`):
+every `*-singletask*` env is registered with `success_timing='pre'`, so `env.step(a_t)` returns the
+reward, `info['success']` and `terminated` of the state s_t *before* the action. The relabelled
+`rewards[t]` and `masks[t] = 1 - success(s_t)` are computed from the same pre-step state, so offline
+and online rewards agree. ogbench 1.1.2 (the reference's pin) computed them after the step
+(post-step), one step later. `ogbench_metadata()` records the version and the timing of a run.
+
+Nothing here downloads: ogbench's own `make_env_and_datasets`/`download_datasets` are never called.
+A missing file raises `FileNotFoundError` with the `envs.generate_dataset` command that creates it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import glob
+import importlib.metadata
+import os
+import re
+import zipfile
+import zlib
+
+import gymnasium
+import numpy as np
+import ogbench.manipspace  # noqa: F401  (registers the manipulation envs with gymnasium)
+from ogbench.relabel_utils import relabel_dataset
+
+DEFAULT_DATASET_DIR = '~/.ogbench/data'
+
+# Domains used in the paper (plus cube-single). ogbench ships more (puzzle-4x4, cube-octuple, ...);
+# add them here once they are tested.
+DOMAINS = ('cube-single', 'cube-double', 'cube-triple', 'cube-quadruple', 'scene', 'puzzle-3x3')
+DATASET_TYPES = ('play', 'noisy')
+NUM_TASKS = 5
+
+# Stored trajectory keys and the domains that also need the button states for relabelling.
+TRAJECTORY_KEYS = ('observations', 'actions', 'terminals', 'qpos', 'qvel')
+BUTTON_DOMAINS = ('scene', 'puzzle-3x3')
+# Keys checked for NaN/inf when a file is read.
+FINITE_KEYS = ('observations', 'actions', 'qpos', 'qvel')
+
+_DOMAIN_RE = '|'.join(re.escape(d) for d in DOMAINS)
+_TYPE_RE = '|'.join(DATASET_TYPES)
+_ENV_RE = re.compile(rf'^(?P<domain>{_DOMAIN_RE})-(?P<type>{_TYPE_RE})-singletask(?:-task(?P<task>\d+))?-v0$')
+_DATASET_RE = re.compile(rf'^(?P<domain>{_DOMAIN_RE})-(?P<type>{_TYPE_RE})-v0$')
+_COLLECTION_RE = re.compile(rf'^(?P<domain>{_DOMAIN_RE})-v0$')
+
+SUPPORTED_PATTERNS = (
+    f'{{{",".join(DOMAINS)}}}-{{{",".join(DATASET_TYPES)}}}-singletask-task{{1..{NUM_TASKS}}}-v0',
+    f'{{{",".join(DOMAINS)}}}-{{{",".join(DATASET_TYPES)}}}-singletask-v0 (default task)',
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class OGBenchName:
+    """The parts of an OGBench name. `task_id` is None for a dataset name or the default task."""
+
+    domain: str
+    dataset_type: str | None
+    task_id: int | None = None
+
+    @property
+    def dataset_name(self) -> str:
+        """e.g. 'cube-double-play-v0'."""
+        return f'{self.domain}-{self.dataset_type}-v0'
+
+    @property
+    def env_id(self) -> str:
+        """Registered single-task gymnasium id, e.g. 'cube-double-singletask-task2-v0'."""
+        task = '' if self.task_id is None else f'-task{self.task_id}'
+        return f'{self.domain}-singletask{task}-v0'
+
+    @property
+    def env_name(self) -> str:
+        """Training env name, e.g. 'cube-double-play-singletask-task2-v0'."""
+        task = '' if self.task_id is None else f'-task{self.task_id}'
+        return f'{self.domain}-{self.dataset_type}-singletask{task}-v0'
+
+    @property
+    def collection_env_id(self) -> str:
+        """Goal-conditioned gymnasium id the data generator drives, e.g. 'cube-double-v0'."""
+        return f'{self.domain}-v0'
+
+    @property
+    def has_button_states(self) -> bool:
+        return self.domain in BUTTON_DOMAINS
+
+
+def parse_ogbench_name(name: str) -> OGBenchName | None:
+    """Parse a training env name, a dataset name or a collection env id; None if it is none of them.
+
+    Raises:
+        ValueError: a singletask name whose task id is outside 1..5.
+    """
+    m = _ENV_RE.match(name)
+    if m is not None:
+        task_id = None if m['task'] is None else int(m['task'])
+        if task_id is not None and not 1 <= task_id <= NUM_TASKS:
+            raise ValueError(f'{name!r}: task id must be in 1..{NUM_TASKS}, got {task_id}.')
+        return OGBenchName(m['domain'], m['type'], task_id)
+    m = _DATASET_RE.match(name)
+    if m is not None:
+        return OGBenchName(m['domain'], m['type'])
+    m = _COLLECTION_RE.match(name)
+    if m is not None:
+        return OGBenchName(m['domain'], None)
+    return None
+
+
+def is_ogbench_env(env_name: str) -> bool:
+    """True for a supported single-task training env name (see `SUPPORTED_PATTERNS`)."""
+    return _ENV_RE.match(env_name) is not None
+
+
+def _parse_env_name(env_name: str) -> OGBenchName:
+    parsed = parse_ogbench_name(env_name) if is_ogbench_env(env_name) else None
+    if parsed is None:
+        raise ValueError(
+            f'Not a supported OGBench single-task env name: {env_name!r}. Supported: '
+            + '; '.join(SUPPORTED_PATTERNS)
+        )
+    return parsed
+
+
+def default_dataset_path(dataset_name: str, dataset_dir: str | None = None) -> str:
+    """`<dataset_dir or ~/.ogbench/data>/<dataset_name>.npz`, user-expanded."""
+    return os.path.join(os.path.expanduser(dataset_dir or DEFAULT_DATASET_DIR), f'{dataset_name}.npz')
+
+
+def val_path_for(path: str) -> str:
+    """`a/b.npz` -> `a/b-val.npz` (the companion validation file)."""
+    root, ext = os.path.splitext(path)
+    return f'{root}-val{ext or ".npz"}'
+
+
+def ogbench_metadata(env_name: str | None = None) -> dict:
+    """Version of ogbench in use and when its single-task envs compute reward and success.
+
+    Args:
+        env_name: training env name to read the timing from (its registered `success_timing`);
+            default: cube-single task 1 (all singletask envs share one setting).
+
+    Returns:
+        {'ogbench_version': e.g. '1.2.2', 'reward_timing': 'pre-step' or 'post-step'}. 'pre-step':
+        the reward/success returned by step(a_t) are those of s_t (ogbench >= 1.2 singletask
+        registrations); 'post-step': of s_{t+1} (ogbench 1.1.x, and the base-class default).
+    """
+    env_id = _parse_env_name(env_name).env_id if env_name else 'cube-single-singletask-task1-v0'
+    timing = gymnasium.spec(env_id).kwargs.get('success_timing', 'post')
+    return {
+        'ogbench_version': importlib.metadata.version('ogbench'),
+        'reward_timing': {'pre': 'pre-step', 'post': 'post-step'}[timing],
+    }
+
+
+def make_ogbench_env(env_name: str, **env_kwargs) -> gymnasium.Env:
+    """Create the single-task env for a training env name (what ogbench's `env_only=True` returns).
+
+    Args:
+        env_name: e.g. 'cube-double-play-singletask-task2-v0'.
+        **env_kwargs: passed to `gymnasium.make` (e.g. `success_timing='post'`, `max_episode_steps`).
+
+    Raises:
+        ValueError: unsupported name.
+    """
+    return gymnasium.make(_parse_env_name(env_name).env_id, **env_kwargs)
+
+
+@functools.lru_cache(maxsize=None)
+def _relabel_env(env_id: str) -> gymnasium.Env:
+    # A private env per task for relabelling: `relabel_dataset` resets the env it is given, which must
+    # never be the env a driver is in the middle of an episode with (e.g. when swapping shards).
+    return gymnasium.make(env_id)
+
+
+def _missing_file_error(path: str, dataset_name: str) -> FileNotFoundError:
+    from envs.generate_dataset import generator_command  # noqa: PLC0415  (avoids an import cycle)
+
+    return FileNotFoundError(
+        f'OGBench dataset file not found: {path}\n'
+        f'There is no network here, so it cannot be downloaded; generate it locally with:\n'
+        f'  {generator_command(dataset_name, save_path=path)}'
+    )
+
+
+def _read_trajectories(path: str, dataset_name: str, needs_buttons: bool) -> dict[str, np.ndarray]:
+    """Read and check the stored trajectory arrays of one npz file (see the module docstring)."""
+    from envs.generate_dataset import generator_command  # noqa: PLC0415
+
+    if not os.path.isfile(path):
+        raise _missing_file_error(path, dataset_name)
+    regenerate = f'Delete it and regenerate with:\n  {generator_command(dataset_name, save_path=path)}'
+    keys = TRAJECTORY_KEYS + (('button_states',) if needs_buttons else ())
+    read_errors = (zipfile.BadZipFile, EOFError, OSError, ValueError, zlib.error, KeyError)
+    try:
+        npz = np.load(path, allow_pickle=False)
+    except read_errors as e:
+        raise ValueError(
+            f'Dataset file {path} is truncated or corrupt: cannot open it ({type(e).__name__}: {e}). '
+            f'{regenerate}'
+        ) from e
+    if not isinstance(npz, np.lib.npyio.NpzFile):
+        raise ValueError(f'Dataset file {path} is a single .npy array, not an npz archive. {regenerate}')
+    with npz:
+        missing = [k for k in keys if k not in npz.files]
+        if missing:
+            raise ValueError(
+                f'Dataset file {path} lacks key(s) {missing} (it has {sorted(npz.files)}). {regenerate}'
+            )
+        arrays = {}
+        for k in keys:
+            try:
+                arrays[k] = npz[k]
+            except read_errors as e:
+                raise ValueError(
+                    f'Dataset file {path} is truncated or corrupt: reading {k!r} failed '
+                    f'({type(e).__name__}: {e}). {regenerate}'
+                ) from e
+
+    n = len(arrays['observations'])
+    lengths = {k: (len(v) if v.ndim else None) for k, v in arrays.items()}
+    if any(length != n for length in lengths.values()):
+        raise ValueError(f'Dataset file {path} has mismatched lengths {lengths}. {regenerate}')
+    for k in ('observations', 'actions', 'qpos', 'qvel'):
+        if arrays[k].ndim != 2:
+            raise ValueError(f'Dataset file {path}: {k!r} must be 2-D (rows, dim), got {arrays[k].shape}.')
+    if n < 2:
+        raise ValueError(f'Dataset file {path} holds {n} row(s); at least one transition needs 2.')
+    for k in FINITE_KEYS:
+        finite = np.isfinite(arrays[k]).all(axis=tuple(range(1, arrays[k].ndim)))
+        if not finite.all():
+            bad = np.flatnonzero(~finite)
+            raise ValueError(
+                f'Dataset file {path}: {k!r} has non-finite values (NaN/inf) in {len(bad)} row(s), '
+                f'first at row {bad[0]}. {regenerate}'
+            )
+    terminals = arrays['terminals']
+    if not np.isin(terminals, (0, 1)).all():
+        raise ValueError(f'Dataset file {path}: terminals must be 0/1, got {np.unique(terminals)[:5]}.')
+    if not terminals[-1]:
+        raise ValueError(
+            f'Dataset file {path}: the last row is not a trajectory end (terminals[-1] == 0); '
+            f'the file is incomplete. {regenerate}'
+        )
+    return arrays
+
+
+def load_ogbench_dataset(
+    path: str,
+    env_name: str,
+    action_clip_eps: float | None = 1e-5,
+    keep_info: bool = False,
+) -> dict[str, np.ndarray]:
+    """Load one OGBench npz file as relabelled transitions for the task of `env_name`.
+
+    Use it for a single file, a `-val` file, or each shard of a sharded dataset
+    (`list_dataset_shards`). Rewards are the dense task rewards; apply
+    `envs.env_utils.sparse_reward_transform` for `--sparse` (or call `envs.env_utils.load_dataset_shard`,
+    which does both).
+
+    Args:
+        path: the npz file.
+        env_name: training env name, e.g. 'cube-double-play-singletask-task2-v0' (chooses the task).
+            The env used for relabelling is a private one, never the caller's (relabelling resets it).
+        action_clip_eps: actions are clipped to [-1 + eps, 1 - eps]; None keeps them as stored.
+        keep_info: keep the simulator-state keys `qpos`, `qvel` (and `button_states`) of s_t.
+
+    Returns:
+        dict of float32 arrays with T = stored rows - number of trajectories:
+        observations (T, ob_dim), actions (T, 5), next_observations (T, ob_dim),
+        rewards (T,) (= number of satisfied task conditions - number of conditions, <= 0),
+        masks (T,) (0 where s_t solves the task, else 1), terminals (T,) (1 on the last transition of
+        each trajectory); with keep_info also qpos (T, nq), qvel (T, nv) [, button_states (T, n)].
+
+    Raises:
+        FileNotFoundError: no file at `path` (the message gives the generator command).
+        ValueError: unsupported env name; unreadable/truncated file; missing key; mismatched lengths;
+            NaN/inf in observations, actions, qpos or qvel; terminals not 0/1 or not ending in 1.
+    """
+    name = _parse_env_name(env_name)
+    arrays = _read_trajectories(path, name.dataset_name, name.has_button_states)
+
+    ends = arrays['terminals'].astype(bool)
+    starts = np.flatnonzero(~ends)  # rows that have a next state in the same trajectory
+    dataset = {
+        'observations': arrays['observations'][starts].astype(np.float32),
+        'actions': arrays['actions'][starts].astype(np.float32),
+        'next_observations': arrays['observations'][starts + 1].astype(np.float32),
+        'terminals': ends[starts + 1].astype(np.float32),
+    }
+    info_keys = ('qpos', 'qvel') + (('button_states',) if name.has_button_states else ())
+    for k in info_keys:
+        dataset[k] = arrays[k][starts]
+
+    relabel_dataset(name.env_id, _relabel_env(name.env_id), dataset)  # adds 'rewards', 'masks' (float32)
+
+    if action_clip_eps is not None:
+        dataset['actions'] = np.clip(dataset['actions'], -1 + action_clip_eps, 1 - action_clip_eps)
+    if not keep_info:
+        for k in info_keys:
+            del dataset[k]
+    return dataset
+
+
+def list_dataset_shards(dataset_dir: str, dataset_name: str | None = None) -> list[str]:
+    """Sorted training shards (`*.npz` minus `*-val.npz`) in a directory, e.g. the 100M cube-quadruple data.
+
+    Args:
+        dataset_dir: directory of npz shards.
+        dataset_name: keep only files whose name starts with it without the version suffix (for
+            'cube-quadruple-play-v0': 'cube-quadruple-play*', which also matches '...-play-100m-v0-003.npz').
+            None keeps every npz.
+
+    Raises:
+        FileNotFoundError: the directory does not exist or holds no matching shard.
+    """
+    dataset_dir = os.path.expanduser(dataset_dir)
+    if not os.path.isdir(dataset_dir):
+        raise FileNotFoundError(f'Dataset directory not found: {dataset_dir}')
+    prefix = re.sub(r'-v\d+$', '', dataset_name) if dataset_name else ''
+    shards = sorted(
+        p
+        for p in glob.glob(os.path.join(glob.escape(dataset_dir), f'{glob.escape(prefix)}*.npz'))
+        if not p.endswith('-val.npz')
+    )
+    if not shards:
+        raise FileNotFoundError(f'No dataset shards {prefix}*.npz (other than -val files) in {dataset_dir}')
+    return shards
+
+
+def resolve_dataset_paths(
+    env_name: str, dataset_path: str | None = None, dataset_dir: str | None = None
+) -> tuple[list[str], str | None]:
+    """Pick the training file(s) and the validation file (or None) for an env.
+
+    Order: an explicit `dataset_path` (val `<stem>-val.npz` next to it if present); else
+    `<dataset_dir>/<dataset>.npz` (val required) if it exists; else the shards in `dataset_dir`
+    (`list_dataset_shards`; val `<first shard stem>-val.npz` if present); else
+    `~/.ogbench/data/<dataset>.npz` (val required) when no `dataset_dir` was given.
+
+    Returns:
+        (train_paths, val_path): one path, or every shard in cycling order.
+
+    Raises:
+        FileNotFoundError: the chosen file or its required val file is missing (message names the
+            file and the generator command), or `dataset_dir` holds neither layout.
+        ValueError: unsupported env name.
+    """
+    dataset_name = _parse_env_name(env_name).dataset_name
+    if dataset_path is not None:
+        path = os.path.expanduser(dataset_path)
+        if not os.path.isfile(path):
+            raise _missing_file_error(path, dataset_name)
+        val = val_path_for(path)
+        return [path], (val if os.path.isfile(val) else None)
+    path = default_dataset_path(dataset_name, dataset_dir)
+    in_dir = dataset_dir is not None and os.path.isdir(os.path.expanduser(dataset_dir))
+    if in_dir and not os.path.isfile(path):
+        try:
+            shards = list_dataset_shards(dataset_dir, dataset_name)
+        except FileNotFoundError:
+            raise _missing_file_error(path, dataset_name) from None
+        val = val_path_for(shards[0])
+        return shards, (val if os.path.isfile(val) else None)
+    for p in (path, val_path_for(path)):
+        if not os.path.isfile(p):
+            raise _missing_file_error(p, dataset_name)
+    return [path], val_path_for(path)

@@ -1,0 +1,69 @@
+"""Gymnasium wrappers shared by training and evaluation environments."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+
+import gymnasium
+
+# Info keys the reference drops from OGBench infos (large per-step privileged/proprioceptive state).
+OGBENCH_INFO_FILTERS = ('.*privileged.*', '.*proprio.*')
+
+
+class EpisodeMonitor(gymnasium.Wrapper):
+    """Adds episode statistics to the info of an episode's last step, and optionally drops info keys.
+
+    On the step that ends an episode (terminated or truncated), `info['episode']` is
+    `{'return': sum of rewards, 'length': steps, 'duration': wall-clock seconds since reset}`.
+    `info['success']` (set by OGBench envs on every step) is passed through untouched, so the last
+    step's value is the episode's success. Rewards summed here are the env's own (dense) rewards;
+    a driver running with `--sparse` transforms them itself.
+
+    Args:
+        env: the environment.
+        filter_regexes: info keys matching any of these (`re.match`) are removed from step and reset
+            infos, e.g. `OGBENCH_INFO_FILTERS`. The keys 'success' and 'episode' are never removed.
+    """
+
+    _PROTECTED = ('success', 'episode')
+
+    def __init__(self, env: gymnasium.Env, filter_regexes: Sequence[str] = ()):
+        super().__init__(env)
+        self._filters = [re.compile(r) for r in filter_regexes]
+        self.total_timesteps = 0
+        self._reset_stats()
+
+    def _reset_stats(self):
+        self._return = 0.0
+        self._length = 0
+        self._start = time.perf_counter()
+
+    def _filter(self, info: dict) -> dict:
+        if not self._filters:
+            return info
+        return {
+            k: v
+            for k, v in info.items()
+            if k in self._PROTECTED or not any(f.match(k) for f in self._filters)
+        }
+
+    def reset(self, **kwargs):
+        self._reset_stats()
+        ob, info = self.env.reset(**kwargs)
+        return ob, self._filter(info)
+
+    def step(self, action):
+        ob, reward, terminated, truncated, info = self.env.step(action)
+        info = self._filter(info)
+        self._return += float(reward)
+        self._length += 1
+        self.total_timesteps += 1
+        if terminated or truncated:
+            info['episode'] = {
+                'return': self._return,
+                'length': self._length,
+                'duration': time.perf_counter() - self._start,
+            }
+        return ob, reward, terminated, truncated, info
