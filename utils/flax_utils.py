@@ -94,11 +94,13 @@ class TrainState(flax.struct.PyTreeNode):
         ``info`` gains ``grad/norm``, ``grad/max``, ``grad/min`` (over all parameters).
         """
         grads, info = jax.grad(loss_fn, has_aux=True)(self.params)
-        leaves = jax.tree_util.tree_leaves(grads)
+        # One flat vector and three reductions: per-leaf reductions made XLA's CPU compile of a full
+        # agent update 10x slower (tens of seconds, measured) for the same values.
+        flat = jnp.concatenate([jnp.ravel(g) for g in jax.tree_util.tree_leaves(grads)])
         info = dict(info)
-        info["grad/norm"] = jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in leaves))
-        info["grad/max"] = jnp.max(jnp.stack([jnp.max(g) for g in leaves]))
-        info["grad/min"] = jnp.min(jnp.stack([jnp.min(g) for g in leaves]))
+        info["grad/norm"] = jnp.sqrt(jnp.sum(jnp.square(flat)))
+        info["grad/max"] = jnp.max(flat)
+        info["grad/min"] = jnp.min(flat)
         return self.apply_gradients(grads=grads), info
 
 
