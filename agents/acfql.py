@@ -1,0 +1,363 @@
+"""ACFQL: flow Q-learning with action chunking (Q-chunking; Li, Zhou, Levine, NeurIPS 2025).
+
+One agent for QC / BFN (``actor_type='best-of-n'``) and QC-FQL / FQL (``actor_type='distill-ddpg'``);
+see DESIGN.md section 1. With ``action_chunking`` the actor and critic work on whole chunks
+``A_t = a_{t:t+h}`` (flattened to ``h * action_dim``); without it they see only ``a_t`` while the
+h-step reward sum and the ``gamma^h`` bootstrap stay (the n-step baseline).
+
+Networks (one :class:`ModuleDict`, one Adam optimizer; ``params['modules_<name>']``):
+
+* ``critic``, ``target_critic``: :class:`Value` ensembles of ``num_qs`` members, ``Q(s, A)``.
+* ``actor_bc_flow``: the flow-matching velocity field ``v(s, x_t, t)`` over chunks.
+* ``actor_onestep_flow`` (distill-ddpg only): the one-step policy ``mu(s, z)``.
+* ``<name>_encoder`` for each of them when ``encoder`` is set (pixels). The encoders are separate
+  modules so that an observation is encoded once and its features are reused by every flow step
+  and every best-of-N candidate.
+
+Gradient routing (utils/flax_utils.py): a module receives gradient only when called with
+``params=grad_params``. The TD target (target critic, and the current critic and flow that pick
+the next chunk), the distillation target ``flow(s, z)`` and the critic inside the actor's Q term
+are called without ``params=`` and get exactly zero gradient (tests/test_acfql.py checks this).
+"""
+
+import numbers
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from utils.encoders import encoder_modules
+from utils.flax_utils import ModuleDict, TrainState, nonpytree_field, polyak_update
+from utils.networks import ActorVectorField, Value
+
+ACTOR_TYPES = ("best-of-n", "distill-ddpg")
+Q_AGGS = ("mean", "min")
+
+
+def _encode(network, config, name, observations, params=None):
+    """Features of ``observations`` for module ``name``: its encoder's output, or the raw observations."""
+    if config["encoder"] is None:
+        return observations
+    return network.select(f"{name}_encoder")(observations, params=params)  # (*B, F)
+
+
+def _qs(network, config, name, features, actions, params=None):
+    """Ensemble values ``(K, *B)`` of critic ``name`` (K = num_qs; an axis of 1 is kept when K = 1)."""
+    qs = network.select(name)(features, actions, params=params)
+    return qs if config["num_qs"] > 1 else qs[None]
+
+
+def _aggregate(qs, q_agg):
+    """Ensemble aggregation ``(K, *B) -> (*B)`` by ``q_agg`` ('mean' or 'min')."""
+    return qs.min(axis=0) if q_agg == "min" else qs.mean(axis=0)
+
+
+def _euler(network, config, features, noises):
+    """``flow_steps`` Euler steps of the BC flow from ``noises`` (t = 0) to t = 1, clipped to [-1, 1].
+
+    ``features`` are already encoded (``(*B, F)``, broadcast against ``noises`` ``(*B, A)``), so the
+    encoder runs once and not once per step. Stored parameters: no gradient.
+    """
+    steps = config["flow_steps"]
+    actions = noises
+    for i in range(steps):
+        t = jnp.full((*actions.shape[:-1], 1), i / steps)  # (*B, 1)
+        actions = actions + network.select("actor_bc_flow")(features, actions, t) / steps
+    return jnp.clip(actions, -1, 1)
+
+
+def _repeat_candidates(x, n, axis):
+    """Insert the best-of-N axis at ``axis`` (right after the batch axes): (*B, ...) -> (*B, N, ...)."""
+    return jnp.repeat(jnp.expand_dims(x, axis), n, axis=axis)
+
+
+def _policy_actions(actions, config):
+    """Dataset actions ``(B, H, action_dim)`` as the actor and critic see them: the flattened chunk
+    ``(B, h * action_dim)`` with ``action_chunking``, else the first action ``(B, action_dim)``."""
+    if config["action_chunking"]:
+        return actions[:, : config["horizon_length"]].reshape(actions.shape[0], -1)  # (B, h * A)
+    return actions[:, 0]  # (B, A)
+
+
+def _update_step(agent, batch):
+    """One gradient step on ``critic_loss + actor_loss``, then one Polyak step of the target critic."""
+    new_rng, rng = jax.random.split(agent.rng)
+    network, info = agent.network.apply_loss_fn(lambda p: agent.total_loss(batch, p, rng))
+    old = agent.network.params
+    params = dict(network.params)
+    for name in [k for k in old if k.startswith("modules_target_")]:
+        # As in the reference (FQL and QC): the target moves toward the critic parameters from before
+        # this step's gradient update.
+        source = name.replace("modules_target_", "modules_")
+        params[name] = polyak_update(old[source], old[name], agent.config["tau"])
+    return agent.replace(network=network.replace(params=params), rng=new_rng), info
+
+
+class ACFQLAgent(flax.struct.PyTreeNode):
+    """Flow Q-learning with action chunking: QC (best-of-N) and QC-FQL (one-step distilled actor)."""
+
+    rng: Any
+    network: Any
+    config: Any = nonpytree_field()
+
+    def critic_loss(self, batch, grad_params, rng):
+        """TD loss of the chunked critic ensemble on windows of ``h`` steps (``rng``: the next chunk)::
+
+            chunk_reward = rewards[:, -1]                    # sum_{k<h} gamma^k r_{t+k}
+            next_q       = agg_k Qbar_k(s_{t+h}, A')         # A' = sample_actions(s_{t+h}, rng)
+            target_q     = chunk_reward + gamma^h * masks[:, -1] * next_q
+            critic_loss  = mean_{k,b} valid[b, -1] * (Q_k(s_t, A_t) - target_q)^2
+
+        ``A'`` is drawn by the acting procedure (best-of-N over the flow with the current critic
+        choosing, or the one-step actor); agg is ``q_agg`` over the target ensemble.
+        """
+        cfg = self.config
+        # s_{t+h}: works for state windows (B, H, D) and the pixel layout (B, h, w, H, c) alike.
+        next_observations = batch["next_observations"][..., -1, :]  # (B, *ob)
+        next_actions = self.sample_actions(next_observations, rng)  # (B, A)
+        next_features = _encode(self.network, cfg, "target_critic", next_observations)
+        next_qs = _qs(self.network, cfg, "target_critic", next_features, next_actions)  # (K, B)
+        next_q = _aggregate(next_qs, cfg["q_agg"])  # (B,)
+        chunk_reward = batch["rewards"][..., -1]  # (B,)
+        bootstrap = cfg["discount"] ** cfg["horizon_length"] * batch["masks"][..., -1]  # (B,)
+        target_q = chunk_reward + bootstrap * next_q  # (B,)
+
+        features = _encode(self.network, cfg, "critic", batch["observations"], grad_params)
+        actions = _policy_actions(batch["actions"], cfg)
+        q = _qs(self.network, cfg, "critic", features, actions, grad_params)  # (K, B)
+        # Mean over members and batch, as in FQL and the reference.
+        critic_loss = jnp.mean(batch["valid"][..., -1] * jnp.square(q - target_q))
+        return critic_loss, {
+            "critic/critic_loss": critic_loss,
+            "critic/q_mean": q.mean(),
+            "critic/q_max": q.max(),
+            "critic/q_min": q.min(),
+            "critic/target_q_mean": target_q.mean(),
+        }
+
+    def actor_loss(self, batch, grad_params, rng):
+        """Flow-matching BC on whole chunks (+ distillation and Q term for distill-ddpg)::
+
+            x_t = (1 - t) x_0 + t x_1,  x_0 ~ N(0, I),  x_1 = data chunk,  t ~ U[0, 1] per row
+            bc_flow_loss = mean_{b,k,j} valid[b, k] * (v(s, x_t, t) - (x_1 - x_0))[b, k, j]^2
+            distill_loss = mean (mu(s, z) - flow(s, z))^2        # flow(s, z): Euler, no gradient
+            q_loss       = -mean_b mean_k Q_k(s, clip(mu(s, z)))  # critic: no gradient
+            actor_loss   = bc_flow_loss + alpha * distill_loss + q_loss
+
+        With ``normalize_q_loss`` the Q term is divided by ``stop_gradient(mean |Q|)``.
+        """
+        cfg = self.config
+        x_1 = _policy_actions(batch["actions"], cfg)  # (B, A)
+        batch_size, action_dim = x_1.shape
+        x_rng, t_rng, z_rng = jax.random.split(rng, 3)
+        x_0 = jax.random.normal(x_rng, (batch_size, action_dim))
+        t = jax.random.uniform(t_rng, (batch_size, 1))
+        x_t = (1 - t) * x_0 + t * x_1
+        features = _encode(self.network, cfg, "actor_bc_flow", batch["observations"], grad_params)
+        pred = self.network.select("actor_bc_flow")(features, x_t, t, params=grad_params)  # (B, A)
+        steps = cfg["horizon_length"] if cfg["action_chunking"] else 1
+        error = jnp.square(pred - (x_1 - x_0)).reshape(batch_size, steps, cfg["action_dim"])  # (B, h, a)
+        bc_flow_loss = jnp.mean(error * batch["valid"][:, :steps, None])
+
+        zero = jnp.zeros(())
+        info = {"actor/distill_loss": zero, "actor/q_loss": zero, "actor/q": zero, "actor/q_abs_mean": zero}
+        actor_loss = bc_flow_loss
+        if cfg["actor_type"] == "distill-ddpg":
+            noises = jax.random.normal(z_rng, (batch_size, action_dim))
+            target_actions = jax.lax.stop_gradient(self.compute_flow_actions(batch["observations"], noises))
+            mu_features = _encode(self.network, cfg, "actor_onestep_flow", batch["observations"], grad_params)
+            mu = self.network.select("actor_onestep_flow")(mu_features, noises, params=grad_params)  # (B, A)
+            distill_loss = jnp.mean(jnp.square(mu - target_actions))
+
+            q_features = _encode(self.network, cfg, "critic", batch["observations"])
+            q = _qs(self.network, cfg, "critic", q_features, jnp.clip(mu, -1, 1)).mean(axis=0)  # (B,)
+            q_abs_mean = jnp.abs(q).mean()
+            q_loss = -q.mean()
+            if cfg["normalize_q_loss"]:
+                q_loss = q_loss / jax.lax.stop_gradient(q_abs_mean)
+            actor_loss = bc_flow_loss + cfg["alpha"] * distill_loss + q_loss
+            info = {
+                "actor/distill_loss": distill_loss,
+                "actor/q_loss": q_loss,
+                "actor/q": q.mean(),
+                "actor/q_abs_mean": q_abs_mean,
+            }
+        return actor_loss, {"actor/actor_loss": actor_loss, "actor/bc_flow_loss": bc_flow_loss, **info}
+
+    def total_loss(self, batch, grad_params, rng):
+        """``critic_loss + actor_loss`` with independent randomness; info of both."""
+        critic_rng, actor_rng = jax.random.split(rng)
+        critic_loss, critic_info = self.critic_loss(batch, grad_params, critic_rng)
+        actor_loss, actor_info = self.actor_loss(batch, grad_params, actor_rng)
+        return critic_loss + actor_loss, {**critic_info, **actor_info}
+
+    @jax.jit
+    def update(self, batch):
+        """One gradient step and one target update; returns ``(agent, info)``."""
+        return _update_step(self, batch)
+
+    @jax.jit
+    def batch_update(self, stacked_batches):
+        """``update`` on each batch along the leading (UTD) axis via ``lax.scan``; info averaged."""
+        agent, infos = jax.lax.scan(_update_step, self, stacked_batches)
+        return agent, jax.tree_util.tree_map(jnp.mean, infos)
+
+    @jax.jit
+    def sample_actions(self, observations, rng):
+        """Actions in [-1, 1] for ``observations`` ``(*B, *ob)`` (``*B`` may be empty).
+
+        Returns ``(*B, h * action_dim)`` with ``action_chunking``, else ``(*B, action_dim)``.
+        best-of-n: N = ``actor_num_samples`` flow samples per observation; the one with the highest
+        ``q_agg`` value of the current critic is returned. distill-ddpg: ``clip(mu(s, z))``.
+        """
+        cfg = self.config
+        batch_axes = observations.ndim - len(cfg["ob_dims"])
+        batch_shape = observations.shape[:batch_axes]
+        action_dim = cfg["action_dim"] * (cfg["horizon_length"] if cfg["action_chunking"] else 1)
+        if cfg["actor_type"] == "distill-ddpg":
+            noises = jax.random.normal(rng, (*batch_shape, action_dim))  # (*B, A)
+            features = _encode(self.network, cfg, "actor_onestep_flow", observations)
+            return jnp.clip(self.network.select("actor_onestep_flow")(features, noises), -1, 1)
+
+        n = cfg["actor_num_samples"]
+        noises = jax.random.normal(rng, (*batch_shape, n, action_dim))  # (*B, N, A)
+        # Encode once per observation, then repeat: (*B, *ob) -> (*B, F) -> (*B, N, F).
+        flow_features = _encode(self.network, cfg, "actor_bc_flow", observations)  # (*B, F)
+        flow_features = _repeat_candidates(flow_features, n, batch_axes)  # (*B, N, F)
+        actions = _euler(self.network, cfg, flow_features, noises)  # (*B, N, A)
+        q_features = _encode(self.network, cfg, "critic", observations)  # (*B, F)
+        q_features = _repeat_candidates(q_features, n, batch_axes)  # (*B, N, F)
+        q = _aggregate(_qs(self.network, cfg, "critic", q_features, actions), cfg["q_agg"])  # (*B, N)
+        best = jnp.argmax(q, axis=-1)  # (*B,)
+        return jnp.take_along_axis(actions, best[..., None, None], axis=-2)[..., 0, :]  # (*B, A)
+
+    @jax.jit
+    def compute_flow_actions(self, observations, noises):
+        """BC flow samples ``(*B, A)`` in [-1, 1] from ``noises`` ``(*B, A)`` (``flow_steps`` Euler steps)."""
+        features = _encode(self.network, self.config, "actor_bc_flow", observations)
+        return _euler(self.network, self.config, features, noises)
+
+    @classmethod
+    def create(cls, seed, ex_observations, ex_actions, config):
+        """New agent; ``config`` (``get_config()`` with ``horizon_length`` set) is not modified.
+
+        ``ex_actions``: one action ``(action_dim,)`` with one observation ``(*ob)``, or a batch
+        ``(B, action_dim)`` with ``(B, *ob)``. ``action_dim`` and ``ob_dims`` are filled in on a copy.
+        Raises ``ValueError`` naming the key for a bad configuration.
+        """
+        config = _checked_config(config)
+        ex_actions = jnp.asarray(ex_actions)
+        ex_observations = jnp.asarray(ex_observations)
+        ob_dims = tuple(ex_observations.shape[ex_actions.ndim - 1 :])
+        config["ob_dims"] = ob_dims
+        config["action_dim"] = int(ex_actions.shape[-1])
+        steps = config["horizon_length"] if config["action_chunking"] else 1
+        full_action_dim = config["action_dim"] * steps
+        ex_obs = ex_observations.reshape((-1, *ob_dims))[:1]  # (1, *ob)
+        ex_chunk = jnp.zeros((1, full_action_dim))
+        ex_times = jnp.zeros((1, 1))
+
+        init_rng, rng = jax.random.split(jax.random.PRNGKey(seed))
+        names = ["critic", "target_critic", "actor_bc_flow"]
+        if config["actor_type"] == "distill-ddpg":  # best-of-n builds no one-step actor
+            names.append("actor_onestep_flow")
+        modules, args = {}, {}
+        ex_features = ex_obs
+        if config["encoder"] is not None:
+            encoder_def = encoder_modules[config["encoder"]]
+            ex_features = jax.eval_shape(encoder_def().init_with_output, init_rng, ex_obs)[0]
+            ex_features = jnp.zeros(ex_features.shape, ex_features.dtype)  # (1, F)
+            for name in names:
+                modules[f"{name}_encoder"], args[f"{name}_encoder"] = encoder_def(), (ex_obs,)
+        for name in ("critic", "target_critic"):
+            modules[name] = Value(
+                hidden_dims=config["value_hidden_dims"], layer_norm=config["layer_norm"],
+                num_ensembles=config["num_qs"],
+            )
+            args[name] = (ex_features, ex_chunk)
+        for name in names[2:]:
+            modules[name] = ActorVectorField(
+                hidden_dims=config["actor_hidden_dims"], action_dim=full_action_dim,
+                layer_norm=config["actor_layer_norm"], use_fourier_features=config["use_fourier_features"],
+                fourier_feature_dim=config["fourier_feature_dim"],
+            )
+            is_flow = name == "actor_bc_flow"
+            args[name] = (ex_features, ex_chunk, ex_times) if is_flow else (ex_features, ex_chunk)
+
+        network_def = ModuleDict(modules)
+        params = dict(network_def.init(init_rng, **args)["params"])
+        for name in [k for k in params if k.startswith("modules_target_")]:
+            params[name] = params[name.replace("modules_target_", "modules_")]  # target starts as the critic
+        if config["weight_decay"] > 0:
+            # Difference from the reference: the reference's adamw also decays the target critic (whose
+            # Polyak update then overwrites the decayed values). Here weight decay is masked off the
+            # target networks, which are no optimizer's business.
+            mask = {k: jax.tree_util.tree_map(lambda _, k=k: not k.startswith("modules_target_"), v)
+                    for k, v in params.items()}
+            tx = optax.adamw(learning_rate=config["lr"], weight_decay=config["weight_decay"], mask=mask)
+        else:
+            tx = optax.adam(learning_rate=config["lr"])
+        network = TrainState.create(network_def, params, tx=tx)
+        return cls(rng=rng, network=network, config=flax.core.FrozenDict(config))
+
+
+def _checked_config(config):
+    """A plain-dict copy of ``config`` (lists as tuples, hashable for jit); ValueError naming a bad key."""
+    config = dict(config.to_dict() if hasattr(config, "to_dict") else config)
+    config = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
+
+    def require(key, ok, what):
+        if not ok:
+            raise ValueError(f"config['{key}'] must be {what}, got {config.get(key)!r}.")
+
+    h = config.get("horizon_length")
+    require("horizon_length", isinstance(h, numbers.Integral) and h >= 1,
+            "an int >= 1 (the driver sets it from --horizon_length)")
+    require("actor_type", config.get("actor_type") in ACTOR_TYPES, f"one of {ACTOR_TYPES}")
+    require("q_agg", config.get("q_agg") in Q_AGGS, f"one of {Q_AGGS}")
+    for key in ("actor_num_samples", "flow_steps", "num_qs"):
+        require(key, isinstance(config.get(key), numbers.Integral) and config[key] >= 1, "an int >= 1")
+    require("encoder", config.get("encoder") is None or config["encoder"] in encoder_modules,
+            f"None or one of {sorted(encoder_modules)}")
+    return config
+
+
+def get_config():
+    """ACFQL hyperparameters: the paper defaults for QC (DESIGN.md section 1).
+
+    ``agent_name`` and ``batch_size`` are read by the drivers, every other key by this file.
+    """
+    placeholder = ml_collections.config_dict.placeholder
+    return ml_collections.ConfigDict(
+        dict(
+            agent_name="acfql",  # Agent name (the drivers look the class up by it).
+            lr=3e-4,  # Adam learning rate.
+            batch_size=256,  # Windows per gradient step (the drivers sample batches of this size).
+            actor_hidden_dims=(512, 512, 512, 512),  # Hidden widths of the flow and one-step actors.
+            value_hidden_dims=(512, 512, 512, 512),  # Hidden widths of each critic member.
+            layer_norm=True,  # Layer norm in the critic.
+            actor_layer_norm=False,  # Layer norm in the actors.
+            discount=0.99,  # gamma; the chunk reward sum uses the same number (set it in the dataset too).
+            tau=0.005,  # Polyak rate of the target critic.
+            q_agg="mean",  # Ensemble aggregation ('mean' or 'min') for the target and for best-of-N.
+            alpha=100.0,  # distill-ddpg: distillation weight (tune per domain, DESIGN.md section 1).
+            num_qs=2,  # Critic ensemble size K.
+            flow_steps=10,  # Euler steps of the BC flow.
+            normalize_q_loss=False,  # distill-ddpg: divide the Q term by stop_gradient(mean |Q|).
+            encoder=placeholder(str),  # Pixel encoder in utils.encoders.encoder_modules (None: state).
+            horizon_length=placeholder(int),  # Chunk length h; set by the driver from --horizon_length.
+            action_chunking=True,  # False: actor and critic see the first action only (n-step baseline).
+            # 'best-of-n' (QC, BFN) or 'distill-ddpg' (QC-FQL, FQL). The paper's QC is the default here;
+            # the reference code's default was 'distill-ddpg'.
+            actor_type="best-of-n",
+            actor_num_samples=32,  # best-of-n: candidates N per decision.
+            use_fourier_features=False,  # Fourier features of the flow time t.
+            fourier_feature_dim=64,  # Size of those features.
+            weight_decay=0.0,  # > 0: AdamW with this decay (not applied to the target critic).
+            ob_dims=placeholder(tuple),  # Observation shape; filled in by create().
+            action_dim=placeholder(int),  # Single-step action size; filled in by create().
+        )
+    )

@@ -1,0 +1,367 @@
+"""ACFQL agent: gradient routing, the TD target, best-of-N, configuration, scan updates, a toy bandit.
+
+Tiny networks on CPU; every test asserts a value that a wrong implementation would get wrong.
+"""
+
+import inspect
+import re
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import agents.acfql as acfql
+from agents import agents
+from agents.acfql import ACFQLAgent, get_config
+
+OB_DIM, ACTION_DIM, BATCH = 6, 2, 8
+PIXELS = (12, 12, 3)
+
+
+def make_config(**overrides):
+    config = get_config()
+    config.actor_hidden_dims = (32, 32)
+    config.value_hidden_dims = (32, 32)
+    config.actor_num_samples = 6
+    config.flow_steps = 3
+    config.horizon_length = 5
+    config.alpha = 3.0
+    for key, value in overrides.items():
+        config[key] = value
+    return config
+
+
+_agents = {}
+
+
+def make_agent(seed=0, ob_shape=(OB_DIM,), **overrides):
+    """A tiny agent; agents are immutable, so equal requests share one (and its compiled functions)."""
+    config = make_config(**overrides)
+    key = (seed, ob_shape, tuple(sorted(config.to_dict().items())))
+    if key not in _agents:
+        ex_obs = np.zeros(ob_shape, np.uint8 if len(ob_shape) == 3 else np.float32)
+        _agents[key] = ACFQLAgent.create(seed, ex_obs, np.zeros(ACTION_DIM, np.float32), config)
+    return _agents[key]
+
+
+def make_batch(seed, h, ob_shape=(OB_DIM,), batch_size=BATCH):
+    """A batch with the sample_sequence layout (pixels: next_observations as (B, h, w, H, c))."""
+    rng = np.random.default_rng(seed)
+    if len(ob_shape) == 3:
+        obs = rng.integers(0, 256, (batch_size, *ob_shape), dtype=np.uint8)
+        next_obs = np.moveaxis(rng.integers(0, 256, (batch_size, h, *ob_shape), dtype=np.uint8), 1, 3)
+    else:
+        obs = rng.normal(size=(batch_size, *ob_shape)).astype(np.float32)
+        next_obs = rng.normal(size=(batch_size, h, *ob_shape)).astype(np.float32)
+    return dict(
+        observations=obs,
+        actions=rng.uniform(-1, 1, (batch_size, h, ACTION_DIM)).astype(np.float32),
+        next_observations=next_obs,
+        rewards=np.cumsum(rng.normal(size=(batch_size, h)), axis=1).astype(np.float32),
+        masks=np.ones((batch_size, h), np.float32),
+        valid=np.ones((batch_size, h), np.float32),
+    )
+
+
+def with_params(agent, name, fn):
+    params = dict(agent.network.params)
+    params[name] = jax.tree_util.tree_map(fn, params[name])
+    return agent.replace(network=agent.network.replace(params=params))
+
+
+def all_zero(tree):
+    return all(np.all(np.asarray(x) == 0) for x in jax.tree_util.tree_leaves(tree))
+
+
+def encode(agent, name, obs):
+    if agent.config["encoder"] is None:
+        return obs
+    return agent.network.select(f"{name}_encoder")(obs)
+
+
+@pytest.fixture(scope="module")
+def distill_agent():
+    return make_agent(actor_type="distill-ddpg")
+
+
+# ---------------------------------------------------------------- gradient routing
+
+
+@pytest.mark.parametrize(
+    "actor_type, ob_shape, encoder",
+    [("distill-ddpg", (OB_DIM,), None), ("distill-ddpg", PIXELS, "impala_debug"),
+     ("best-of-n", (OB_DIM,), None)],
+)
+def test_gradient_isolation(actor_type, ob_shape, encoder):
+    agent = make_agent(actor_type=actor_type, ob_shape=ob_shape, encoder=encoder)
+    batch, rng = make_batch(0, 5, ob_shape), jax.random.PRNGKey(1)
+    suffixes = ["", "_encoder"] if encoder else [""]
+
+    def terms(params):
+        actor_loss, info = agent.actor_loss(batch, params, rng)
+        distill_and_q = agent.config["alpha"] * info["actor/distill_loss"] + info["actor/q_loss"]
+        critic_loss = agent.critic_loss(batch, params, rng)[0]
+        return jnp.stack([distill_and_q, actor_loss, info["actor/bc_flow_loss"], critic_loss])
+
+    # One reverse pass per term (rows of the Jacobian), compiled once.
+    jacobian = jax.jit(jax.jacrev(terms))(agent.network.params)
+    distill_and_q, actor, bc, critic = (jax.tree_util.tree_map(lambda j, i=i: j[i], jacobian)
+                                        for i in range(4))
+
+    def parts(name):
+        return [f"modules_{name}{s}" for s in suffixes]
+
+    for name in parts("actor_bc_flow"):  # the distillation target and the Q term do not train the flow
+        assert all_zero(distill_and_q[name]), name
+        assert not all_zero(bc[name]) and not all_zero(actor[name]), name
+    for name in parts("critic") + parts("target_critic"):  # the actor's Q term does not train critics
+        assert all_zero(actor[name]), name
+    for name in parts("target_critic") + parts("actor_bc_flow"):  # the TD target is a constant
+        assert all_zero(critic[name]), name
+    for name in parts("critic"):
+        assert not all_zero(critic[name]), name
+    if actor_type == "distill-ddpg":
+        for name in parts("actor_onestep_flow"):
+            assert all_zero(bc[name]), name
+            assert not all_zero(distill_and_q[name]), name
+    else:
+        assert not any("onestep" in k for k in agent.network.params)
+
+
+# ---------------------------------------------------------------- critic target
+
+
+@pytest.mark.parametrize(
+    "h, chunking, actor_type",
+    [(1, True, "best-of-n"), (5, True, "best-of-n"), (5, False, "best-of-n"), (5, True, "distill-ddpg")],
+)
+def test_td_target_by_hand(h, chunking, actor_type):
+    agent = make_agent(horizon_length=h, action_chunking=chunking, actor_type=actor_type)
+    agent = with_params(agent, "modules_target_critic", lambda x: 1.5 * x + 0.01)  # target != critic
+    batch = make_batch(1, h)
+    batch["masks"][0, -1] = 0.0  # row 0 ends inside the window: no bootstrap
+    batch["valid"][1, -1] = 0.0  # row 1 runs past a trajectory end: left out of the loss
+    rng = jax.random.PRNGKey(3)
+    critic_loss = jax.jit(agent.critic_loss)
+    loss, info = critic_loss(batch, agent.network.params, rng)
+
+    next_obs = batch["next_observations"][:, -1]  # (B, ob)
+    next_actions = agent.sample_actions(next_obs, rng)  # the acting procedure, same rng
+    next_q = agent.network.select("target_critic")(next_obs, next_actions).mean(axis=0)
+    target = batch["rewards"][:, -1] + 0.99**h * batch["masks"][:, -1] * next_q
+    actions = batch["actions"].reshape(BATCH, -1) if chunking else batch["actions"][:, 0]
+    q = agent.network.select("critic")(batch["observations"], actions)  # (K, B)
+    expected = np.mean(batch["valid"][:, -1] * (q - target) ** 2)
+    assert next_actions.shape == (BATCH, ACTION_DIM * (h if chunking else 1))
+    np.testing.assert_allclose(loss, expected, rtol=1e-5)
+    np.testing.assert_allclose(info["critic/target_q_mean"], target.mean(), rtol=1e-5, atol=1e-6)
+
+    changed = {k: v.copy() for k, v in batch.items()}
+    changed["next_observations"][0] += 3.0  # masked bootstrap
+    changed["rewards"][1] += 100.0  # invalid window
+    changed["next_observations"][1] -= 3.0
+    np.testing.assert_allclose(critic_loss(changed, agent.network.params, rng)[0], loss, rtol=1e-6)
+    changed["rewards"][2] += 1.0  # a valid row does count
+    assert abs(float(critic_loss(changed, agent.network.params, rng)[0]) - float(loss)) > 1e-3
+
+
+# ---------------------------------------------------------------- best-of-N
+
+
+@pytest.mark.parametrize("ob_shape, encoder", [((OB_DIM,), None), (PIXELS, "impala_debug")])
+def test_best_of_n_picks_highest_mean_q(ob_shape, encoder):
+    agent = make_agent(ob_shape=ob_shape, encoder=encoder)
+    n, action_size = agent.config["actor_num_samples"], 5 * ACTION_DIM
+    obs = make_batch(2, 5, ob_shape)["observations"]
+    rng = jax.random.PRNGKey(7)
+
+    def by_hand(obs, noise_shape):
+        noises = jax.random.normal(rng, noise_shape)  # (*B, N, A)
+        reps = jnp.repeat(jnp.expand_dims(obs, obs.ndim - len(ob_shape)), n, axis=obs.ndim - len(ob_shape))
+        candidates = agent.compute_flow_actions(reps, noises)  # (*B, N, A)
+        q = agent.network.select("critic")(encode(agent, "critic", reps), candidates).mean(axis=0)  # (*B, N)
+        top2 = np.sort(np.asarray(q), axis=-1)[..., -2:]
+        assert np.all(top2[..., 1] - top2[..., 0] > 1e-5)  # the argmax is unambiguous
+        best = jnp.argmax(q, axis=-1)
+        return jnp.take_along_axis(candidates, best[..., None, None], axis=-2)[..., 0, :], candidates
+
+    got = agent.sample_actions(obs, rng)
+    expected, candidates = by_hand(obs, (BATCH, n, action_size))
+    assert got.shape == (BATCH, action_size)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    assert np.all(np.abs(got) <= 1.0)
+    assert not np.allclose(candidates[:, 0], candidates[:, 1])  # candidates really differ
+
+    single = agent.sample_actions(obs[0], rng)  # no batch axis (the driver's call)
+    assert single.shape == (action_size,)
+    np.testing.assert_allclose(single, by_hand(obs[0], (n, action_size))[0], atol=1e-5)
+
+
+def test_sample_actions_shapes_without_chunking(distill_agent):
+    agent = make_agent(action_chunking=False)
+    for a in (agent, distill_agent):
+        per_step = ACTION_DIM if a is agent else 5 * ACTION_DIM
+        out = a.sample_actions(np.full((2, 3, OB_DIM), 5.0, np.float32), jax.random.PRNGKey(0))
+        assert out.shape == (2, 3, per_step)
+        assert np.all(np.abs(out) <= 1.0)
+
+
+# ---------------------------------------------------------------- actor loss pieces
+
+
+def test_normalize_q_loss_scales_the_q_term(distill_agent):
+    plain = distill_agent
+    normalized = plain.replace(config=plain.config.copy({"normalize_q_loss": True}))
+    batch, rng = make_batch(3, 5), jax.random.PRNGKey(4)
+    _, info_plain = plain.actor_loss(batch, plain.network.params, rng)
+    _, info_norm = normalized.actor_loss(batch, plain.network.params, rng)
+
+    _, _, z_rng = jax.random.split(rng, 3)  # the actor loss's noise for mu(s, z)
+    noises = jax.random.normal(z_rng, (BATCH, 5 * ACTION_DIM))
+    mu = plain.network.select("actor_onestep_flow")(batch["observations"], noises)
+    q = plain.network.select("critic")(batch["observations"], jnp.clip(mu, -1, 1)).mean(axis=0)  # (B,)
+    mean_abs_q = float(jnp.abs(q).mean())
+    assert abs(mean_abs_q - 1.0) > 0.05  # the scale is not trivially one
+
+    np.testing.assert_allclose(info_plain["actor/q_loss"], -q.mean(), rtol=1e-5)
+    np.testing.assert_allclose(info_norm["actor/q_loss"], info_plain["actor/q_loss"] / mean_abs_q, rtol=1e-5)
+    for key in ("actor/bc_flow_loss", "actor/distill_loss"):
+        np.testing.assert_allclose(info_norm[key], info_plain[key], rtol=1e-6)
+
+    def q_grad(agent):
+        fn = lambda p: agent.actor_loss(batch, p, rng)[1]["actor/q_loss"]
+        return jax.jit(jax.grad(fn))(plain.network.params)["modules_actor_onestep_flow"]
+
+    jax.tree_util.tree_map(  # the normaliser is a constant: the gradient scales by the same 1/mean|Q|
+        lambda g, n: np.testing.assert_allclose(n, g / mean_abs_q, rtol=1e-4, atol=1e-7),
+        q_grad(plain), q_grad(normalized),
+    )
+
+
+# ---------------------------------------------------------------- updates
+
+
+@pytest.mark.parametrize("actor_type", ["best-of-n", "distill-ddpg"])
+def test_batch_update_equals_sequential_updates(actor_type):
+    agent = make_agent(actor_type=actor_type, weight_decay=0.1 if actor_type == "best-of-n" else 0.0)
+    batches = [make_batch(10 + i, 5) for i in range(3)]
+    sequential, infos = agent, []
+    for batch in batches:
+        sequential, info = sequential.update(batch)
+        infos.append(info)
+    stacked = jax.tree_util.tree_map(lambda *x: np.stack(x), *batches)
+    scanned, scan_info = agent.batch_update(stacked)
+
+    assert int(scanned.network.step) == int(agent.network.step) + 3
+    jax.tree_util.tree_map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), sequential, scanned
+    )
+    for key in ("critic/critic_loss", "actor/actor_loss", "actor/bc_flow_loss"):
+        np.testing.assert_allclose(scan_info[key], np.mean([i[key] for i in infos]), rtol=1e-5)
+    assert not np.allclose(agent.network.params["modules_critic"]["value_net"]["Dense_0"]["kernel"],
+                           scanned.network.params["modules_critic"]["value_net"]["Dense_0"]["kernel"])
+
+
+def test_update_polyak_and_no_weight_decay_on_target():
+    agent = make_agent(weight_decay=0.1)  # AdamW
+    agent = with_params(agent, "modules_target_critic", lambda x: x - 0.3)
+    old = agent.network.params
+    new, _ = agent.update(make_batch(5, 5))
+    tau = agent.config["tau"]
+    expected = jax.tree_util.tree_map(
+        lambda c, t: tau * c + (1 - tau) * t, old["modules_critic"], old["modules_target_critic"]
+    )
+    # Target moves toward the pre-step critic, as in the reference, and is never weight-decayed.
+    jax.tree_util.tree_map(
+        lambda e, g: np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-7),
+        expected, new.network.params["modules_target_critic"],
+    )
+    assert not all_zero(jax.tree_util.tree_map(
+        lambda a, b: a - b, old["modules_critic"], new.network.params["modules_critic"]))
+
+
+# ---------------------------------------------------------------- configuration
+
+
+def test_create_leaves_config_unchanged_and_fills_a_copy():
+    config = make_config(actor_type="best-of-n")
+    before = config.to_dict()
+    agent = ACFQLAgent.create(0, np.zeros((4, OB_DIM)), np.zeros((4, ACTION_DIM)), config)  # batched examples
+    assert config.to_dict() == before and config.ob_dims is None and config.action_dim is None
+    assert agent.config["ob_dims"] == (OB_DIM,) and agent.config["action_dim"] == ACTION_DIM
+    assert agents["acfql"] is ACFQLAgent
+
+    # best-of-n builds no one-step actor: Adam holds two moments per parameter and a step count.
+    params = agent.network.params
+    assert sorted(params) == ["modules_actor_bc_flow", "modules_critic", "modules_target_critic"]
+    size = lambda tree: sum(np.size(x) for x in jax.tree_util.tree_leaves(tree))
+    assert size(agent.network.opt_state) == 2 * size(params) + 1
+
+
+def test_every_config_key_is_read():
+    source = inspect.getsource(acfql)
+    driver_keys = {"agent_name", "batch_size"}  # read by main.py / main_online.py
+    for key in get_config().keys():
+        if key not in driver_keys:
+            assert re.search(rf"(?:config|cfg)\[\"{key}\"\]", source), f"config key {key!r} is never read"
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [("horizon_length", None), ("horizon_length", 0), ("actor_num_samples", 0), ("actor_type", "sac"),
+     ("q_agg", "max"), ("flow_steps", 0), ("num_qs", 0), ("encoder", "resnet9000")],
+)
+def test_bad_config_raises(key, value):
+    config = make_config()
+    with config.unlocked():
+        config[key] = value
+    with pytest.raises(ValueError, match=key):
+        ACFQLAgent.create(0, np.zeros(OB_DIM), np.zeros(ACTION_DIM), config)
+
+
+# ---------------------------------------------------------------- toy chunked bandit
+
+
+@pytest.mark.parametrize("actor_type", ["best-of-n", "distill-ddpg"])
+def test_toy_chunked_bandit(actor_type):
+    """One constant state, h=2, four data chunks; only (0.6, -0.6) pays 1 and every window ends (mask 0),
+    so Q(chunk) = its reward. The critic must rank it first and the actor must choose it."""
+    chunks = np.array([[-0.6, -0.6], [0.6, 0.6], [-0.6, 0.6], [0.6, -0.6]], np.float32)
+    good = 3
+    config = make_config(
+        horizon_length=2, actor_type=actor_type, actor_hidden_dims=(64, 64), value_hidden_dims=(64, 64),
+        lr=3e-3, flow_steps=5, actor_num_samples=16, alpha=0.5,
+    )
+    agent = ACFQLAgent.create(0, np.ones(1, np.float32), np.zeros(1, np.float32), config)
+    data_rng = np.random.default_rng(0)
+
+    def batches(updates, size=64):
+        idx = data_rng.integers(0, 4, (updates, size))  # (U, B)
+        reward = (idx == good).astype(np.float32)
+        return dict(
+            observations=np.ones((updates, size, 1), np.float32),
+            actions=chunks[idx][..., None],  # (U, B, 2, 1)
+            next_observations=np.ones((updates, size, 2, 1), np.float32),
+            rewards=np.stack([np.zeros_like(reward), reward], axis=-1),  # reward at the chunk's end
+            masks=np.broadcast_to(np.array([1.0, 0.0], np.float32), (updates, size, 2)).copy(),
+            valid=np.ones((updates, size, 2), np.float32),
+        )
+
+    for _ in range(10):
+        agent, _ = agent.batch_update(batches(50))
+
+    q = np.asarray(agent.network.select("critic")(np.ones((4, 1), np.float32), chunks).mean(axis=0))
+    assert abs(q[good] - 1.0) < 0.2 and np.all(np.abs(np.delete(q, good)) < 0.2), q
+    acts = agent.sample_actions(np.ones((64, 1), np.float32), jax.random.PRNGKey(0))  # (64, 2)
+    nearest = np.argmin(np.linalg.norm(np.asarray(acts)[:, None] - chunks, axis=-1), axis=-1)  # (64,)
+    assert np.mean(nearest == good) >= 0.9, acts[:8]
+    # The one-step actor may overshoot along the critic's extrapolation, never toward another chunk.
+    assert np.all(np.mean(acts, axis=0) * np.sign(chunks[good]) > 0.4), acts[:8]
+
+
+def test_config_is_static_and_hashable(distill_agent):
+    assert isinstance(distill_agent.config, flax.core.FrozenDict)
+    hash(distill_agent.config)  # jit needs a hashable static config
+    assert not any(isinstance(x, str) for x in jax.tree_util.tree_leaves(distill_agent))
