@@ -160,8 +160,10 @@ def restore_agent(agent, path: str):
         restored = serialization.from_state_dict(agent, payload["agent"])
     except (ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"Checkpoint {path} does not match this agent's structure: {e}") from e
-    want = jax.tree_util.tree_map(lambda x: getattr(x, "shape", None), agent)
-    got = jax.tree_util.tree_map(lambda x: getattr(x, "shape", None), restored)
+    # jnp.shape, not .shape: a fresh TrainState's step is a Python int and a trained one's an array,
+    # both of shape (); restoring a trained agent into a freshly created template must work.
+    want = jax.tree_util.tree_map(jnp.shape, agent)
+    got = jax.tree_util.tree_map(jnp.shape, restored)
     if want != got:
         raise CheckpointError(
             f"Checkpoint {path} has parameter shapes that differ from this agent's config "
