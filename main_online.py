@@ -1,0 +1,92 @@
+"""Online RL with offline data mixed into every batch (RLPD, RLPD-AC, QC-RLPD).
+
+Loop outline:
+  1. Build the training and evaluation envs and the offline dataset (envs/), with the same
+     reward transform (--sparse, robomimic's -1 shift) for offline data and online rewards.
+  2. Start from an empty replay buffer of --buffer_size transitions.
+  3. Steps 1..online_steps: one environment step per iteration; chunks of h = --horizon_length
+     actions are executed open-loop by an action queue that calls the policy only when it is
+     empty and is cleared at every episode end.
+  4. From --start_training on (and once the buffer holds h transitions), every step draws
+     utd_ratio batches of B windows; in each, floor(--offline_ratio * B) windows come from the
+     offline data and the rest from the replay buffer, and utd_ratio gradient steps run in one
+     lax.scan (agent.batch_update).
+  5. Evaluation (open-loop chunks) at every multiple of --eval_interval and at the end;
+     checkpoints at every multiple of --save_interval and at the end.
+
+Example (QC-RLPD on cube-double):
+  python main_online.py --env_name=cube-double-play-singletask-task2-v0 --horizon_length=5 --agent.bc_alpha=0.01
+"""
+
+import os
+import time
+
+import jax
+import tqdm
+from absl import app, flags, logging
+
+from agents import agents
+from envs.env_utils import make_env_and_datasets, run_metadata, warn_if_dense_on_sparse_domain
+from utils import run_utils
+from utils.datasets import Dataset, ReplayBuffer
+
+FLAGS = flags.FLAGS
+run_utils.define_common_flags(default_agent="agents/acrlpd.py", default_env="cube-double-play-singletask-task2-v0")
+flags.DEFINE_float("offline_ratio", 0.5, "Fraction of each batch drawn from the offline data (the rest from the "
+                   "replay buffer); floor(offline_ratio * batch_size) rows, exact for odd batch sizes.")
+
+
+def main(_):
+    run_utils.validate_common_flags(FLAGS)
+    run_utils.mixed_batch_sizes(1, FLAGS.offline_ratio)  # validates --offline_ratio
+    warn_if_dense_on_sparse_domain(FLAGS.env_name, FLAGS.sparse)
+    config = run_utils.agent_config(FLAGS)
+
+    env_data = make_env_and_datasets(
+        FLAGS.env_name, dataset_path=FLAGS.dataset_path, dataset_dir=FLAGS.ogbench_dataset_dir,
+        dataset_proportion=FLAGS.dataset_proportion, sparse=FLAGS.sparse, seed=FLAGS.seed,
+    )
+    env, eval_env = env_data.env, env_data.eval_env
+    train_dataset = Dataset.create(**env_data.train_dataset, seed=FLAGS.seed)
+    run_dir, logger = run_utils.setup_run(FLAGS, extra_metadata=run_metadata(FLAGS.env_name))
+
+    example = train_dataset.sample(1)
+    action_dim = example["actions"].shape[-1]
+    agent = agents[config.agent_name].create(FLAGS.seed, example["observations"], example["actions"], config)
+    h = FLAGS.horizon_length
+
+    example_transition = {k: example[k][0] for k in
+                          ("observations", "actions", "rewards", "terminals", "masks", "next_observations")}
+    replay_buffer = ReplayBuffer.create(example_transition, size=FLAGS.buffer_size, seed=FLAGS.seed + 1)
+    collector = run_utils.OnlineCollector(
+        env, lambda: agent, action_dim, env_data.reward_fn, jax.random.PRNGKey(FLAGS.seed + 1), seed=FLAGS.seed,
+    )
+    start = time.time()
+    for i in tqdm.trange(1, FLAGS.online_steps + 1, desc="online", disable=not FLAGS.progress,
+                         smoothing=0.1, dynamic_ncols=True):
+        if env_data.next_shard is not None and FLAGS.dataset_replace_interval > 0 \
+                and i % FLAGS.dataset_replace_interval == 0:
+            train_dataset = Dataset.create(**env_data.next_shard(), seed=FLAGS.seed + i)
+        episode_info = collector.step(replay_buffer)
+        if episode_info is not None:
+            logger.log(run_utils.episode_stats(episode_info), "env", step=i)
+        if i >= FLAGS.start_training and replay_buffer.size >= h:
+            batch = run_utils.sample_mixed_batch(
+                train_dataset, replay_buffer, config.batch_size, FLAGS.utd_ratio, FLAGS.offline_ratio,
+                sequence_length=h, discount=config.discount,
+            )
+            agent, info = agent.batch_update(batch)
+            if i % FLAGS.log_interval == 0:
+                info = jax.device_get(info)
+                info["time/env_steps_per_second"] = i / (time.time() - start)
+                logger.log(info, "online_agent", step=i)
+        if run_utils.should_evaluate(i, FLAGS.online_steps, FLAGS.eval_interval):
+            run_utils.evaluate_and_log(agent, eval_env, FLAGS, logger, step=i, action_dim=action_dim)
+        if run_utils.should_save(i, FLAGS.online_steps, FLAGS.save_interval):
+            run_utils.save_checkpoint(agent, run_dir, step=i, phase="online")
+    logger.close()
+    logging.info("Done. Logs and checkpoints in %s", os.path.abspath(run_dir))
+
+
+if __name__ == "__main__":
+    app.run(main)
