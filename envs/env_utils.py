@@ -4,8 +4,8 @@
 
     OGBench  {scene,puzzle-3x3,cube-single,cube-double,cube-triple,cube-quadruple}-{play,noisy}
              -singletask[-task{1..5}]-v0                       -> envs/ogbench_utils.py
-    robomimic (e.g. lift-mh-low_dim)                          -> envs/robomimic_utils.py (optional;
-             added separately, see `is_robomimic_env`)
+    robomimic {lift,can,square,transport,tool_hang}-{mh,ph}-low_dim -> envs/robomimic_utils.py (its
+             simulator is an optional extra, requirements-robomimic.txt)
 
 and applies the parts common to every domain: `dataset_proportion`, the sparse reward transform, the
 `EpisodeMonitor` wrapper and the env seeds. The same `reward_fn` that transformed the offline
@@ -68,10 +68,13 @@ def warn_if_dense_on_sparse_domain(env_name: str, sparse: bool) -> bool:
 
 
 # ---- robomimic hook -----------------------------------------------------------------------------
-# envs/robomimic_utils.py is optional (robomimic pulls in torch). Contract for that module:
+# envs/robomimic_utils.py imports its simulator (robosuite, an optional extra: requirements-robomimic.txt)
+# only when a robomimic env is made. Contract for that module:
 #   is_robomimic_env(env_name) -> bool          cheap, no robomimic/robosuite import
-#   make_env_and_datasets(env_name, seed, action_clip_eps) -> (env, eval_env, train, val)
-#                                               rewards already shifted by -1; envs unwrapped
+#   make_env_and_datasets(env_name, dataset_path, dataset_dir, seed, action_clip_eps)
+#                                            -> (env, eval_env, train, val); rewards already shifted by -1;
+#                                               envs unwrapped (EpisodeMonitor is added here)
+#   SUPPORTED_PATTERN                           the names it claims, for errors and --help
 #   online_reward_fn(reward) -> reward          the same -1 shift for online rewards
 #   run_metadata(env_name) -> dict              optional
 # Its import errors are not swallowed: only a missing module means "no robomimic support".
@@ -92,8 +95,9 @@ def is_robomimic_env(env_name: str) -> bool:
 def supported_env_patterns() -> list[str]:
     """Human-readable patterns of every supported env name (for errors and --help)."""
     patterns = list(ogbench_utils.SUPPORTED_PATTERNS)
-    if _robomimic_module() is not None:
-        patterns.append('robomimic: {lift,can,square}-mh-low_dim')
+    module = _robomimic_module()
+    if module is not None:
+        patterns.append('robomimic: ' + module.SUPPORTED_PATTERN)
     return patterns
 
 
@@ -191,9 +195,11 @@ def make_env_and_datasets(
 
     Args:
         env_name: see the module docstring (e.g. 'cube-double-play-singletask-task2-v0').
-        dataset_path: one explicit npz file (OGBench); its val file is `<stem>-val.npz` if present.
+        dataset_path: one explicit npz file (OGBench; its val file is `<stem>-val.npz` if present) or
+            robomimic hdf5 file.
         dataset_dir: directory holding `<dataset>.npz` + `-val.npz`, or npz shards (cycled through
-            `next_shard`). Default: `~/.ogbench/data`.
+            `next_shard`). Default: `~/.ogbench/data`. For robomimic: the root in place of `~/.robomimic`
+            (`<dir>/<task>/<type>/low_dim_v15.hdf5`).
         dataset_proportion: keep the first this fraction of the training rows (reference behaviour;
             the last kept row is marked terminal). In (0, 1]; must be 1 for sharded data.
         sparse: apply `sparse_reward_transform` to the offline rewards; `reward_fn` applies it online.
@@ -207,7 +213,9 @@ def make_env_and_datasets(
     Raises:
         ValueError: unknown env name (lists the supported patterns), `dataset_proportion` outside
             (0, 1] or < 1 with shards, and every data problem `ogbench_utils.load_ogbench_dataset` reports.
-        FileNotFoundError: a dataset file is missing (the message gives the generator command).
+        FileNotFoundError: a dataset file is missing (the message gives the generator command, or for
+            robomimic where to download the file and where it goes).
+        ImportError: a robomimic env without its simulator extra (the message gives the install commands).
     """
     if not 0.0 < dataset_proportion <= 1.0:
         raise ValueError(f'dataset_proportion must be in (0, 1], got {dataset_proportion}.')
@@ -216,7 +224,7 @@ def make_env_and_datasets(
     if is_robomimic_env(env_name):
         robomimic = _robomimic_module()
         env, eval_env, train, val = robomimic.make_env_and_datasets(
-            env_name, seed=seed, action_clip_eps=action_clip_eps
+            env_name, dataset_path=dataset_path, dataset_dir=dataset_dir, seed=seed, action_clip_eps=action_clip_eps
         )
         online_fn = robomimic.online_reward_fn
         reward_fn = (lambda r: sparse_reward_transform(online_fn(r))) if sparse else online_fn

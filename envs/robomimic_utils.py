@@ -1,0 +1,438 @@
+"""robomimic low-dim tasks: offline data from local v1.5 hdf5 files, online envs built with robosuite.
+
+Names: `<task>-<type>-low_dim` with <task> in `EPISODE_CAPS` (lift, can, square, transport, tool_hang) and
+<type> in `DATASET_TYPES` (mh: multi-human, ph: proficient-human); the paper uses lift/can/square-mh.
+
+Files: `<dataset_dir or ~/.robomimic>/<task>/<type>/low_dim_v15.hdf5` (robomimic's v1.5 release), or one
+explicit `dataset_path`. Nothing here downloads. Layout read (h5py only, no simulator needed):
+
+    data.attrs['env_args']      JSON {'env_name': 'Lift', 'env_version': '1.5.1', 'env_kwargs': {...}}
+    data/demo_<i>/actions       (T, A)  in [-1, 1]
+    data/demo_<i>/rewards       (T,)    r(s_{t+1}): 1 if the task is solved after the action, else 0
+    data/demo_<i>/dones         (T,)    1 at success states and at the demo's last step
+    data/demo_<i>/obs/<key>     (T, d)  for <key> in OBS_KEYS (and others, ignored)
+    data/demo_<i>/next_obs/<key>
+
+Demos are read in numeric order (demo_0, demo_1, demo_2, ..., demo_10) and concatenated. Observations are
+the four `OBS_KEYS` concatenated in that order (lift: 3 + 4 + 2 + 10 = 19 numbers). For one demo of
+3 steps that reaches success on its last step:
+
+    stored  rewards     [ 0,  0,  1]     dones [0, 0, 1]
+    loaded  rewards     [-1, -1,  0]     reward_transform: r - 1 (the same function is applied online)
+            masks       [ 1,  1,  0]     1 - dones: no bootstrap from a success state
+            terminals   [ 0,  0,  1]     dones, and always 1 on a demo's last step (trajectory end)
+            actions     clipped to [-1 + eps, 1 - eps] like the OGBench data
+
+Online envs (`RobomimicLowDimEnv`) are robosuite environments created from that `env_args` (the
+simulator extra, `pip install -r requirements-robomimic.txt`, is imported only here, when a robomimic
+env is made). An episode ends (terminated) at the first success (`info['success'] = 1`), else it is
+truncated at the task's cap `EPISODE_CAPS` with `info['success'] = 0`. The env returns robosuite's own
+reward (1 on success, else 0 with the stored `reward_shaping=False`); the driver applies
+`online_reward_fn` (= `reward_transform`) to it, as `envs.env_utils.make_env_and_datasets` arranges.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.metadata
+import json
+import logging
+import os
+import re
+
+import gymnasium
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+# Per-task episode cap of the online envs (the reference's values).
+EPISODE_CAPS = {'lift': 300, 'can': 300, 'square': 400, 'transport': 800, 'tool_hang': 1000}
+DATASET_TYPES = ('mh', 'ph')
+# Low-dim observation keys, concatenated in this order offline and online. For the two-arm transport
+# task these are robot0's keys only, as in the reference.
+OBS_KEYS = ('robot0_eef_pos', 'robot0_eef_quat', 'robot0_gripper_qpos', 'object')
+DEFAULT_DATASET_DIR = '~/.robomimic'
+DATASET_FILE = 'low_dim_v15.hdf5'
+REQUIREMENTS_FILE = 'requirements-robomimic.txt'
+SUPPORTED_PATTERN = f'{{{",".join(EPISODE_CAPS)}}}-{{{",".join(DATASET_TYPES)}}}-low_dim'
+
+_NAME_RE = re.compile(rf'^(?P<task>{"|".join(EPISODE_CAPS)})-(?P<type>{"|".join(DATASET_TYPES)})-low_dim$')
+_DEMO_RE = re.compile(r'^demo_(\d+)$')
+# Where robomimic publishes its v1.5 datasets (a Hugging Face dataset repository).
+_DOWNLOAD_URL = 'https://huggingface.co/datasets/robomimic/robomimic_datasets/resolve/main/v1.5/{task}/{type}/' + (
+    DATASET_FILE
+)
+
+
+def is_robomimic_env(env_name: str) -> bool:
+    """True for `{lift,can,square,transport,tool_hang}-{mh,ph}-low_dim`; imports no simulator."""
+    return _NAME_RE.match(env_name) is not None
+
+
+def parse_robomimic_name(env_name: str) -> tuple[str, str]:
+    """`'lift-mh-low_dim' -> ('lift', 'mh')`.
+
+    Raises:
+        ValueError: not a supported name (the message gives `SUPPORTED_PATTERN`).
+    """
+    m = _NAME_RE.match(env_name)
+    if m is None:
+        raise ValueError(f'Not a supported robomimic env name: {env_name!r}. Supported: {SUPPORTED_PATTERN}')
+    return m['task'], m['type']
+
+
+def episode_cap(env_name: str) -> int:
+    """Online episode cap of the task: lift/can 300, square 400, transport 800, tool_hang 1000."""
+    return EPISODE_CAPS[parse_robomimic_name(env_name)[0]]
+
+
+def reward_transform(rewards):
+    """`r -> r - 1` as float32: 0 at a success, -1 elsewhere. Applied to offline and online rewards alike.
+
+    Returns:
+        np.float32 for a scalar, else a float32 array of the same shape.
+    """
+    out = np.asarray(rewards, dtype=np.float32) - np.float32(1.0)
+    return out[()] if out.ndim == 0 else out
+
+
+# The name envs/env_utils.py expects for the online transform: the same function.
+online_reward_fn = reward_transform
+
+
+def default_dataset_path(env_name: str, dataset_dir: str | None = None) -> str:
+    """`<dataset_dir or ~/.robomimic>/<task>/<type>/low_dim_v15.hdf5`, user-expanded."""
+    task, dataset_type = parse_robomimic_name(env_name)
+    root = os.path.expanduser(dataset_dir or DEFAULT_DATASET_DIR)
+    return os.path.join(root, task, dataset_type, DATASET_FILE)
+
+
+def _missing_file_error(path: str, env_name: str) -> FileNotFoundError:
+    task, dataset_type = parse_robomimic_name(env_name)
+    default = os.path.join(DEFAULT_DATASET_DIR, task, dataset_type, DATASET_FILE)
+    return FileNotFoundError(
+        f'robomimic dataset file not found: {path}\n'
+        f'{env_name} needs robomimic\'s v1.5 {dataset_type.upper()} low-dim dataset of the {task!r} task. '
+        f'Nothing is downloaded here; fetch it on a machine with network access from\n'
+        f'  {_DOWNLOAD_URL.format(task=task, type=dataset_type)}\n'
+        f'(robomimic\'s dataset v1.5/{task}/{dataset_type}/{DATASET_FILE}) and put it at {default}, or pass '
+        f'--dataset_path=/path/to/{DATASET_FILE} (or a directory laid out as <dir>/{task}/{dataset_type}/'
+        f'{DATASET_FILE}).'
+    )
+
+
+def resolve_dataset_path(env_name: str, dataset_path: str | None = None, dataset_dir: str | None = None) -> str:
+    """The hdf5 file of `env_name`: `dataset_path` if given, else `default_dataset_path(env_name, dataset_dir)`.
+
+    Raises:
+        FileNotFoundError: the file does not exist (the message says where to get it and where it goes).
+        ValueError: unsupported env name.
+    """
+    path = os.path.expanduser(dataset_path) if dataset_path else default_dataset_path(env_name, dataset_dir)
+    if not os.path.isfile(path):
+        raise _missing_file_error(path, env_name)
+    return path
+
+
+def _sorted_demos(data, path: str) -> list[str]:
+    demos = [k for k in data.keys() if _DEMO_RE.match(k)]
+    if not demos:
+        raise ValueError(f'robomimic file {path}: the data group holds no demo_<i> groups (keys: {list(data)[:5]}).')
+    return sorted(demos, key=lambda k: int(_DEMO_RE.match(k)[1]))  # numeric: demo_2 before demo_10
+
+
+def _read_env_meta(data, path: str) -> dict:
+    if 'env_args' not in data.attrs:
+        raise ValueError(f'robomimic file {path}: data.attrs has no "env_args" (the env metadata).')
+    raw = data.attrs['env_args']
+    meta = json.loads(raw.decode() if isinstance(raw, bytes) else str(raw))
+    if not isinstance(meta, dict) or 'env_name' not in meta or 'env_kwargs' not in meta:
+        raise ValueError(f'robomimic file {path}: env_args must hold "env_name" and "env_kwargs", got {meta!r}.')
+    return meta
+
+
+def _open_data(path: str):
+    import h5py  # noqa: PLC0415  (h5py is a base requirement; imported here to keep module import light)
+
+    try:
+        f = h5py.File(path, 'r')
+    except OSError as e:
+        raise ValueError(f'robomimic file {path} cannot be read as hdf5 ({e}); download it again.') from e
+    if 'data' not in f:
+        f.close()
+        raise ValueError(f'robomimic file {path} has no "data" group; it is not a robomimic dataset.')
+    return f
+
+
+def load_env_meta(path: str) -> dict:
+    """The env metadata `json.loads(data.attrs['env_args'])` of a robomimic hdf5 file.
+
+    Raises:
+        FileNotFoundError: no file at `path`.
+        ValueError: not a readable robomimic file, or no usable `env_args`.
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f'robomimic dataset file not found: {path}')
+    with _open_data(path) as f:
+        return _read_env_meta(f['data'], path)
+
+
+def load_robomimic_dataset(path: str, action_clip_eps: float | None = 1e-5) -> dict[str, np.ndarray]:
+    """Load every demo of a robomimic low-dim hdf5 file as transitions (see the module docstring table).
+
+    Args:
+        path: the hdf5 file.
+        action_clip_eps: actions are clipped to [-1 + eps, 1 - eps]; None keeps them as stored.
+
+    Returns:
+        dict of float32 arrays over all N steps of all demos (numeric demo order):
+        observations (N, ob_dim), next_observations (N, ob_dim) (`OBS_KEYS` concatenated), actions (N, A),
+        rewards (N,) (`reward_transform` of the stored rewards: 0 at success, else -1), masks (N,)
+        (1 - dones), terminals (N,) (dones, and 1 on the last step of every demo).
+
+    Raises:
+        FileNotFoundError: no file at `path`.
+        ValueError: unreadable file; no demos; a demo lacks a key, its arrays disagree in length, or hold NaN/inf.
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f'robomimic dataset file not found: {path}')
+    parts = {k: [] for k in ('observations', 'actions', 'rewards', 'dones', 'next_observations')}
+    with _open_data(path) as f:
+        data = f['data']
+        for demo in _sorted_demos(data, path):
+            group = data[demo]
+            needed = ['actions', 'rewards', 'dones'] + [f'{o}/{k}' for o in ('obs', 'next_obs') for k in OBS_KEYS]
+            missing = [k for k in needed if k not in group]
+            if missing:
+                raise ValueError(f'robomimic file {path}: {demo} lacks {missing}.')
+            obs = np.concatenate([np.asarray(group[f'obs/{k}'], dtype=np.float32) for k in OBS_KEYS], axis=-1)
+            next_obs = np.concatenate(
+                [np.asarray(group[f'next_obs/{k}'], dtype=np.float32) for k in OBS_KEYS], axis=-1
+            )  # (T, ob_dim)
+            arrays = {
+                'observations': obs,
+                'next_observations': next_obs,
+                'actions': np.asarray(group['actions'], dtype=np.float32),
+                'rewards': np.asarray(group['rewards'], dtype=np.float32).reshape(-1),
+                'dones': np.asarray(group['dones'], dtype=np.float32).reshape(-1),
+            }
+            lengths = {k: len(v) for k, v in arrays.items()}
+            if len(set(lengths.values())) != 1 or lengths['actions'] == 0:
+                raise ValueError(f'robomimic file {path}: {demo} has mismatched or zero lengths {lengths}.')
+            bad = [k for k, v in arrays.items() if not np.isfinite(v).all()]
+            if bad:
+                raise ValueError(f'robomimic file {path}: {demo} has NaN/inf in {bad}.')
+            for k, v in arrays.items():
+                parts[k].append(v)
+
+    dones = np.concatenate(parts.pop('dones'))
+    terminals = dones.copy()
+    # The last step of every demo ends a trajectory even where `dones` is 0 there, so a sampled window
+    # never runs into the next demo. Masks stay 1 - dones (such an end is a cut, not a success).
+    terminals[np.cumsum([len(a) for a in parts['actions']]) - 1] = 1.0
+    dataset = {k: np.concatenate(v, axis=0) for k, v in parts.items()}
+    dataset['rewards'] = reward_transform(dataset['rewards'])
+    dataset['masks'] = (1.0 - dones).astype(np.float32)
+    dataset['terminals'] = terminals
+    if action_clip_eps is not None:
+        dataset['actions'] = np.clip(dataset['actions'], -1 + action_clip_eps, 1 - action_clip_eps)
+    return dataset
+
+
+# ---- simulator (optional extra) -----------------------------------------------------------------
+
+
+def import_robosuite():
+    """Import robosuite (the optional extra) and quiet its per-reset controller warnings.
+
+    Raises:
+        ImportError: robosuite (or one of its dependencies) cannot be imported; the message says how to
+            install the extra.
+    """
+    try:
+        import robosuite  # noqa: PLC0415  (optional extra, imported only when a robomimic env is made)
+    except ImportError as e:
+        raise ImportError(
+            f'robomimic envs need the optional simulator extra (robosuite 1.5.1 on mujoco 3.8.1), which cannot '
+            f'be imported here: {e}\n'
+            f'Install it into its own venv (its mujoco/dm_control pins differ from requirements.txt):\n'
+            f'  python3.11 -m venv ~/.venvs/qc-robomimic && . ~/.venvs/qc-robomimic/bin/activate\n'
+            f"  grep -vE '^(mujoco|dm_control)==' requirements.txt > /tmp/requirements-base.txt\n"
+            f'  pip install -r /tmp/requirements-base.txt -r {REQUIREMENTS_FILE}'
+        ) from e
+    # robosuite logs several "controller config for <part> skipped" warnings at every reset.
+    logging.getLogger('robosuite_logs').setLevel(logging.ERROR)
+    return robosuite
+
+
+def robosuite_kwargs(env_meta: dict) -> dict:
+    """The stored `env_kwargs` adapted for low-dim use without rendering (what robomimic's EnvRobosuite does).
+
+    Raises:
+        ValueError: the controller config is not in robosuite 1.5's composite format (not a v1.5 file).
+    """
+    kwargs = copy.deepcopy(env_meta['env_kwargs'])
+    controller = kwargs.get('controller_configs')
+    if isinstance(controller, dict) and 'body_parts' not in controller:
+        raise ValueError(
+            f'env_args of {env_meta.get("env_name")!r} has a pre-1.5 controller config ({controller.get("type")}); '
+            f'use robomimic\'s v1.5 files ({DATASET_FILE}).'
+        )
+    kwargs.update(
+        has_renderer=False,
+        has_offscreen_renderer=False,
+        use_camera_obs=False,
+        camera_depths=False,
+        ignore_done=True,  # the wrapper owns episode ends
+        use_object_obs=True,
+    )
+    return kwargs
+
+
+class RobomimicLowDimEnv(gymnasium.Env):
+    """A robosuite env as a gymnasium env with flat low-dim observations and success-terminated episodes.
+
+    Observation: `OBS_KEYS` concatenated (robosuite's 'object-state' is robomimic's 'object'), float32.
+    Action: Box [-1, 1]^A (clipped before it reaches the controller). Reward: robosuite's reward, untransformed.
+    Episode end: terminated at the first step whose resulting state is a success (`info['success'] = 1`);
+    else truncated at `max_episode_steps` (`info['success'] = 0` on every non-success step).
+
+    Randomness: robosuite 1.5.1 draws initial object placements and joint noise from the global
+    `np.random` state. Each env keeps its own `np.random.RandomState` (seeded by `seed` here and by
+    `reset(seed=...)`) and swaps it in only around robosuite calls, so two envs do not share a stream and
+    the caller's global state is left as it was.
+    """
+
+    metadata = {'render_modes': []}
+
+    def __init__(self, robosuite_env, max_episode_steps: int, seed: int | None = None):
+        self._env = robosuite_env
+        self.max_episode_steps = int(max_episode_steps)
+        self._sim_rng = np.random.RandomState(seed)
+        self._t = 0
+        low, _ = robosuite_env.action_spec
+        self.action_space = gymnasium.spaces.Box(-1.0, 1.0, shape=np.shape(low), dtype=np.float32)
+        ob = self._flatten(self._call(robosuite_env.reset))
+        self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, shape=ob.shape, dtype=np.float32)
+
+    @property
+    def robosuite_env(self):
+        return self._env
+
+    def _call(self, fn, *args):
+        outer = np.random.get_state()
+        np.random.set_state(self._sim_rng.get_state())
+        try:
+            return fn(*args)
+        finally:
+            self._sim_rng.set_state(np.random.get_state())
+            np.random.set_state(outer)
+
+    @staticmethod
+    def _flatten(raw: dict) -> np.ndarray:
+        parts = [raw['object-state'] if k == 'object' else raw[k] for k in OBS_KEYS]
+        return np.concatenate([np.asarray(p, dtype=np.float32).reshape(-1) for p in parts])  # (ob_dim,)
+
+    def is_success(self) -> bool:
+        # robosuite's task-success test (what robomimic's EnvRobosuite.is_success reports as 'task').
+        return bool(self._env._check_success())
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self._sim_rng = np.random.RandomState(seed)
+        self._t = 0
+        return self._flatten(self._call(self._env.reset)), {}
+
+    def step(self, action):
+        action = np.asarray(action, dtype=np.float64)
+        if action.shape != self.action_space.shape:
+            raise ValueError(f'action has shape {action.shape}, expected {self.action_space.shape}.')
+        raw, reward, _, info = self._call(self._env.step, np.clip(action, -1.0, 1.0))
+        self._t += 1
+        success = self.is_success()
+        info = dict(info, success=int(success))
+        terminated = success
+        truncated = not terminated and self._t >= self.max_episode_steps
+        return self._flatten(raw), float(reward), terminated, truncated, info
+
+    def render(self):
+        raise NotImplementedError('robomimic envs are created without a renderer; run with --video_episodes=0.')
+
+    def close(self):
+        self._env.close()
+
+
+def make_robomimic_env(env_name: str, env_meta: dict, seed: int | None = None) -> RobomimicLowDimEnv:
+    """Create the online env of `env_name` from a dataset's env metadata (`load_env_meta`).
+
+    Raises:
+        ImportError: the simulator extra is missing (see `import_robosuite`).
+        ValueError: unsupported env name or pre-1.5 metadata.
+    """
+    cap = episode_cap(env_name)
+    robosuite = import_robosuite()
+    stored = env_meta.get('env_version')
+    if stored is not None and str(stored).split('.')[:2] != robosuite.__version__.split('.')[:2]:
+        logger.warning('%s: the dataset was recorded with robosuite %s, this is robosuite %s.',
+                       env_name, stored, robosuite.__version__)
+    raw_env = robosuite.make(env_meta['env_name'], **robosuite_kwargs(env_meta))
+    return RobomimicLowDimEnv(raw_env, max_episode_steps=cap, seed=seed)
+
+
+def make_env_and_datasets(
+    env_name: str,
+    dataset_path: str | None = None,
+    dataset_dir: str | None = None,
+    seed: int = 0,
+    action_clip_eps: float | None = 1e-5,
+):
+    """The envs and offline data of a robomimic task (called by `envs.env_utils.make_env_and_datasets`).
+
+    Args:
+        env_name: e.g. 'lift-mh-low_dim'.
+        dataset_path: explicit hdf5 file; else `<dataset_dir or ~/.robomimic>/<task>/<type>/low_dim_v15.hdf5`.
+        dataset_dir: root directory in place of ~/.robomimic.
+        seed: seeds the two envs' simulator random streams (env_utils reseeds them with reset(seed=...)).
+        action_clip_eps: see `load_robomimic_dataset`.
+
+    Returns:
+        (env, eval_env, train_dataset, None): unwrapped `RobomimicLowDimEnv`s; training rewards already
+        transformed; robomimic files have no validation split.
+
+    Raises:
+        ValueError: unsupported name or bad file. FileNotFoundError: missing file (says where to get it).
+        ImportError: the simulator extra is not installed (says how to install it).
+    """
+    path = resolve_dataset_path(env_name, dataset_path, dataset_dir)
+    env_meta = load_env_meta(path)
+    train = load_robomimic_dataset(path, action_clip_eps)
+    env_seed, eval_seed = (int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(2))
+    env = make_robomimic_env(env_name, env_meta, seed=env_seed)
+    eval_env = make_robomimic_env(env_name, env_meta, seed=eval_seed)
+    if env.action_space.shape[-1] != train['actions'].shape[-1]:
+        raise ValueError(
+            f'{path}: actions have {train["actions"].shape[-1]} dims, the env takes {env.action_space.shape[-1]}.'
+        )
+    if env.observation_space.shape[-1] != train['observations'].shape[-1]:
+        raise ValueError(
+            f'{path}: observations have {train["observations"].shape[-1]} dims, the env gives '
+            f'{env.observation_space.shape[-1]}.'
+        )
+    return env, eval_env, train, None
+
+
+def run_metadata(env_name: str) -> dict:
+    """Facts to store with a run: robosuite/mujoco versions, episode cap, reward transform (imports no simulator)."""
+    versions = {}
+    for package in ('robosuite', 'mujoco'):
+        try:
+            versions[f'{package}_version'] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[f'{package}_version'] = None
+    return {
+        **versions,
+        'robomimic_dataset': DATASET_FILE,
+        'episode_cap': episode_cap(env_name),
+        'reward_transform': 'r - 1 (offline and online)',
+    }
