@@ -47,6 +47,8 @@ class ActionQueue:
     def __call__(self, observation) -> np.ndarray:
         """The next action ``(A,)`` for ``observation``."""
         if not self._queue:
+            # Difference from the reference: the policy is called only here, when the queue is
+            # empty, not at every step (which wasted compute and shifted the random stream).
             chunk = np.asarray(self.policy_fn(observation))
             if chunk.size % self.action_dim != 0:
                 raise ValueError(

@@ -118,6 +118,8 @@ def setup_run(FLAGS, extra_metadata: Optional[Dict] = None):
 
 def should_evaluate(step: int, phase_steps: int, eval_interval: int) -> bool:
     """True at each multiple of ``eval_interval`` and at the last step of a phase (once each)."""
+    # Difference from the reference: it evaluated at offline step ``offline_steps - 1`` (one step
+    # before the end) and could evaluate twice around the end of the offline phase.
     return step == phase_steps or (eval_interval > 0 and step % eval_interval == 0)
 
 
@@ -230,6 +232,8 @@ def mixed_batch_sizes(batch_size: int, offline_ratio: float):
     """
     if not 0.0 <= offline_ratio <= 1.0:
         raise ValueError(f"--offline_ratio={offline_ratio} must be in [0, 1].")
+    # Difference from the reference: it drew batch_size // 2 rows from each source, one row short
+    # for odd batch sizes.
     n_offline = int(np.floor(offline_ratio * batch_size + 1e-9))
     return n_offline, batch_size - n_offline
 
