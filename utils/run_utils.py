@@ -50,10 +50,11 @@ def define_common_flags(default_agent: str, default_env: str):
     flags.DEFINE_float("dataset_proportion", 1.0, "Use only the first this fraction of the offline dataset.")
     flags.DEFINE_integer("dataset_replace_interval", 1000, "With --ogbench_dataset_dir holding several npz "
                          "shards: load the next shard every this many steps (0: never).")
-    flags.DEFINE_string("ogbench_dataset_dir", None, "Directory of OGBench npz files (default ~/.ogbench/data); "
-                        "a directory of shards is cycled, see --dataset_replace_interval.")
-    flags.DEFINE_string("dataset_path", None, "Explicit path of one OGBench npz dataset file (overrides "
-                        "--ogbench_dataset_dir).")
+    flags.DEFINE_string("ogbench_dataset_dir", None, "Dataset directory: OGBench npz files (default "
+                        "~/.ogbench/data; a directory of shards is cycled, see --dataset_replace_interval), or "
+                        "for robomimic a root used in place of ~/.robomimic.")
+    flags.DEFINE_string("dataset_path", None, "Explicit path of one dataset file, an OGBench npz or a robomimic "
+                        "hdf5 (overrides --ogbench_dataset_dir).")
     flags.DEFINE_enum("wandb_mode", "disabled", ["online", "offline", "disabled"], "wandb mode: online needs an "
                       "account and network; offline writes locally; disabled logs to CSV only.")
     flags.DEFINE_string("wandb_project", "qc", "wandb project name.")
