@@ -75,10 +75,15 @@ def _repeat_candidates(x, n, axis):
 
 
 def _policy_actions(actions, config):
-    """Dataset actions ``(B, H, action_dim)`` as the actor and critic see them: the flattened chunk
+    """Dataset actions ``(B, h, action_dim)`` as the actor and critic see them: the flattened chunk
     ``(B, h * action_dim)`` with ``action_chunking``, else the first action ``(B, action_dim)``."""
+    if actions.shape[1] != config["horizon_length"]:  # rewards[:, -1] and masks[:, -1] must be step h
+        raise ValueError(
+            f"Batch windows have {actions.shape[1]} steps but config['horizon_length'] is "
+            f"{config['horizon_length']}; sample them with sequence_length=horizon_length."
+        )
     if config["action_chunking"]:
-        return actions[:, : config["horizon_length"]].reshape(actions.shape[0], -1)  # (B, h * A)
+        return actions.reshape(actions.shape[0], -1)  # (B, h * A)
     return actions[:, 0]  # (B, A)
 
 
@@ -224,7 +229,9 @@ class ACFQLAgent(flax.struct.PyTreeNode):
 
         n = cfg["actor_num_samples"]
         noises = jax.random.normal(rng, (*batch_shape, n, action_dim))  # (*B, N, A)
-        # Encode once per observation, then repeat: (*B, *ob) -> (*B, F) -> (*B, N, F).
+        # Difference from the reference: it repeats raw observations on axis -2, which puts N inside a
+        # pixel observation ((B, h, w, N, c)). Here the candidate axis follows the batch axes, and each
+        # observation is encoded once and its features repeated: (*B, *ob) -> (*B, F) -> (*B, N, F).
         flow_features = _encode(self.network, cfg, "actor_bc_flow", observations)  # (*B, F)
         flow_features = _repeat_candidates(flow_features, n, batch_axes)  # (*B, N, F)
         actions = _euler(self.network, cfg, flow_features, noises)  # (*B, N, A)

@@ -321,6 +321,12 @@ def test_bad_config_raises(key, value):
         ACFQLAgent.create(0, np.zeros(OB_DIM), np.zeros(ACTION_DIM), config)
 
 
+def test_windows_longer_than_the_chunk_raise():
+    batch = make_batch(0, 6)  # windows of 6 steps for h = 5: rewards[:, -1] would be the wrong sum
+    with pytest.raises(ValueError, match="horizon_length"):
+        make_agent().update(batch)
+
+
 # ---------------------------------------------------------------- toy chunked bandit
 
 
