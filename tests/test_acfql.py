@@ -134,11 +134,14 @@ def test_gradient_isolation(actor_type, ob_shape, encoder):
 
 
 @pytest.mark.parametrize(
-    "h, chunking, actor_type",
-    [(1, True, "best-of-n"), (5, True, "best-of-n"), (5, False, "best-of-n"), (5, True, "distill-ddpg")],
+    "h, chunking, actor_type, q_agg, num_qs",
+    [(1, True, "best-of-n", "mean", 2), (5, True, "best-of-n", "mean", 2),
+     (5, False, "best-of-n", "mean", 2), (5, True, "distill-ddpg", "mean", 2),
+     (3, True, "best-of-n", "min", 3), (2, True, "distill-ddpg", "mean", 1)],
 )
-def test_td_target_by_hand(h, chunking, actor_type):
-    agent = make_agent(horizon_length=h, action_chunking=chunking, actor_type=actor_type)
+def test_td_target_by_hand(h, chunking, actor_type, q_agg, num_qs):
+    agent = make_agent(horizon_length=h, action_chunking=chunking, actor_type=actor_type, q_agg=q_agg,
+                       num_qs=num_qs)
     agent = with_params(agent, "modules_target_critic", lambda x: 1.5 * x + 0.01)  # target != critic
     batch = make_batch(1, h)
     batch["masks"][0, -1] = 0.0  # row 0 ends inside the window: no bootstrap
@@ -149,7 +152,8 @@ def test_td_target_by_hand(h, chunking, actor_type):
 
     next_obs = batch["next_observations"][:, -1]  # (B, ob)
     next_actions = agent.sample_actions(next_obs, rng)  # the acting procedure, same rng
-    next_q = agent.network.select("target_critic")(next_obs, next_actions).mean(axis=0)
+    next_qs = agent.network.select("target_critic")(next_obs, next_actions).reshape(num_qs, BATCH)
+    next_q = next_qs.min(axis=0) if q_agg == "min" else next_qs.mean(axis=0)
     target = batch["rewards"][:, -1] + 0.99**h * batch["masks"][:, -1] * next_q
     actions = batch["actions"].reshape(BATCH, -1) if chunking else batch["actions"][:, 0]
     q = agent.network.select("critic")(batch["observations"], actions)  # (K, B)
