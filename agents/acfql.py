@@ -87,6 +87,27 @@ def _policy_actions(actions, config):
     return actions[:, 0]  # (B, A)
 
 
+def _checked_config(config):
+    """A plain-dict copy of ``config`` (lists as tuples, hashable for jit); ValueError naming a bad key."""
+    config = dict(config.to_dict() if hasattr(config, "to_dict") else config)
+    config = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
+
+    def require(key, ok, what):
+        if not ok:
+            raise ValueError(f"config['{key}'] must be {what}, got {config.get(key)!r}.")
+
+    h = config.get("horizon_length")
+    require("horizon_length", isinstance(h, numbers.Integral) and h >= 1,
+            "an int >= 1 (the driver sets it from --horizon_length)")
+    require("actor_type", config.get("actor_type") in ACTOR_TYPES, f"one of {ACTOR_TYPES}")
+    require("q_agg", config.get("q_agg") in Q_AGGS, f"one of {Q_AGGS}")
+    for key in ("actor_num_samples", "flow_steps", "num_qs"):
+        require(key, isinstance(config.get(key), numbers.Integral) and config[key] >= 1, "an int >= 1")
+    require("encoder", config.get("encoder") is None or config["encoder"] in encoder_modules,
+            f"None or one of {sorted(encoder_modules)}")
+    return config
+
+
 def _update_step(agent, batch):
     """One gradient step on ``critic_loss + actor_loss``, then one Polyak step of the target critic."""
     new_rng, rng = jax.random.split(agent.rng)
@@ -309,27 +330,6 @@ class ACFQLAgent(flax.struct.PyTreeNode):
             tx = optax.adam(learning_rate=config["lr"])
         network = TrainState.create(network_def, params, tx=tx)
         return cls(rng=rng, network=network, config=flax.core.FrozenDict(config))
-
-
-def _checked_config(config):
-    """A plain-dict copy of ``config`` (lists as tuples, hashable for jit); ValueError naming a bad key."""
-    config = dict(config.to_dict() if hasattr(config, "to_dict") else config)
-    config = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
-
-    def require(key, ok, what):
-        if not ok:
-            raise ValueError(f"config['{key}'] must be {what}, got {config.get(key)!r}.")
-
-    h = config.get("horizon_length")
-    require("horizon_length", isinstance(h, numbers.Integral) and h >= 1,
-            "an int >= 1 (the driver sets it from --horizon_length)")
-    require("actor_type", config.get("actor_type") in ACTOR_TYPES, f"one of {ACTOR_TYPES}")
-    require("q_agg", config.get("q_agg") in Q_AGGS, f"one of {Q_AGGS}")
-    for key in ("actor_num_samples", "flow_steps", "num_qs"):
-        require(key, isinstance(config.get(key), numbers.Integral) and config[key] >= 1, "an int >= 1")
-    require("encoder", config.get("encoder") is None or config["encoder"] in encoder_modules,
-            f"None or one of {sorted(encoder_modules)}")
-    return config
 
 
 def get_config():
