@@ -112,4 +112,4 @@ def main(_):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(run_utils.run_cli(main))

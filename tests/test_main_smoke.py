@@ -62,3 +62,19 @@ def test_main_online_smoke(dataset_path, tmp_path):
                    "--offline_ratio=0.5")
     assert [int(r["step"]) for r in _eval_rows(run_dir)] == [4, 8]
     assert os.path.exists(os.path.join(run_dir, "online_agent.csv"))
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--env_name=foo-v0"], "Unknown environment 'foo-v0'"),
+    (["--horizon_length=0"], "--horizon_length=0 must be >= 1"),
+    (["--env_name=cube-single-play-singletask-task1-v0", "--dataset_path=/nonexistent/x.npz"],
+     "python -m envs.generate_dataset"),
+])
+def test_bad_input_is_one_clear_line(args, message, tmp_path):
+    """A bad flag or a missing dataset ends with exit status 2 and the message, no traceback."""
+    cmd = [sys.executable, "main.py", f"--save_dir={tmp_path}", "--progress=False", *args]
+    result = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr

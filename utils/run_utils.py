@@ -10,6 +10,7 @@
 """
 
 import os
+import sys
 import time
 from typing import Callable, Dict, Optional
 
@@ -63,6 +64,26 @@ def define_common_flags(default_agent: str, default_env: str):
                                     "--agent.KEY=VALUE (e.g. --agent.actor_num_samples=32).", lock_config=False)
 
 
+def run_cli(main_fn):
+    """Wrap a driver's ``main`` so that a bad input ends with its message, not a stack trace.
+
+    ``ValueError`` (bad flag, config or data file), ``FileNotFoundError`` (missing dataset or
+    checkpoint) and ``ImportError`` (missing optional extra) print ``error: <message>`` and exit
+    with status 2. Set ``QC_DEBUG=1`` to get the full traceback instead.
+    """
+
+    def wrapped(argv):
+        try:
+            return main_fn(argv)
+        except (ValueError, FileNotFoundError, ImportError) as e:
+            if os.environ.get("QC_DEBUG"):
+                raise
+            print(f"error: {e}\n(set QC_DEBUG=1 for the full traceback)", file=sys.stderr)
+            sys.exit(2)
+
+    return wrapped
+
+
 def validate_common_flags(FLAGS):
     """Raise ``ValueError`` naming the flag for every out-of-range value."""
     checks = [
@@ -90,6 +111,10 @@ def agent_config(FLAGS) -> Dict:
     Raises ``ValueError`` when ``--agent.horizon_length`` was also given and disagrees.
     """
     config = FLAGS.agent.copy_and_resolve_references()
+    from agents import agents  # imported here: run_utils must not pull every agent into the tests
+
+    if config.get("agent_name") not in agents:
+        raise ValueError(f"--agent.agent_name={config.get('agent_name')!r} is not one of {sorted(agents)}.")
     if config.get("horizon_length") not in (None, FLAGS.horizon_length):
         raise ValueError(
             f"--agent.horizon_length={config.horizon_length} disagrees with --horizon_length="
@@ -257,7 +282,7 @@ def sample_mixed_batch(offline_dataset, replay_buffer, batch_size: int, utd_rati
 
 
 __all__ = [
-    "define_common_flags", "validate_common_flags", "agent_config", "setup_run", "should_evaluate",
+    "define_common_flags", "run_cli", "validate_common_flags", "agent_config", "setup_run", "should_evaluate",
     "should_save", "save_checkpoint", "evaluate_and_log", "stack_for_utd", "OnlineCollector",
     "make_policy_fn", "episode_stats", "mixed_batch_sizes", "sample_mixed_batch",
 ]
