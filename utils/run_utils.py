@@ -142,6 +142,55 @@ def setup_run(FLAGS, extra_metadata: Optional[Dict] = None):
     return run_dir, Logger(run_dir, wandb_run)
 
 
+def setup_experiment(FLAGS):
+    """Everything both drivers build before their loops, in one place.
+
+    Validates the flags, warns about dense rewards on sparse domains, builds the envs and the
+    offline dataset (envs/), writes the run directory and ``flags.json`` and creates the agent.
+    Returns a namespace with ``config, env_data, env, eval_env, train_dataset, run_dir, logger,
+    agent, action_dim, example`` (``example``: one sampled transition, arrays of leading size 1).
+    """
+    from types import SimpleNamespace
+
+    from agents import agents
+    from envs.env_utils import make_env_and_datasets, run_metadata, warn_if_dense_on_sparse_domain
+    from utils.datasets import Dataset
+
+    validate_common_flags(FLAGS)
+    warn_if_dense_on_sparse_domain(FLAGS.env_name, FLAGS.sparse)
+    config = agent_config(FLAGS)
+    env_data = make_env_and_datasets(
+        FLAGS.env_name, dataset_path=FLAGS.dataset_path, dataset_dir=FLAGS.ogbench_dataset_dir,
+        dataset_proportion=FLAGS.dataset_proportion, sparse=FLAGS.sparse, seed=FLAGS.seed,
+    )
+    train_dataset = Dataset.create(**env_data.train_dataset, seed=FLAGS.seed)
+    run_dir, logger = setup_run(FLAGS, extra_metadata=run_metadata(FLAGS.env_name))
+    example = train_dataset.sample(1)
+    agent = agents[config.agent_name].create(FLAGS.seed, example["observations"], example["actions"], config)
+    return SimpleNamespace(
+        config=config, env_data=env_data, env=env_data.env, eval_env=env_data.eval_env,
+        train_dataset=train_dataset, run_dir=run_dir, logger=logger, agent=agent,
+        action_dim=int(example["actions"].shape[-1]), example=example,
+    )
+
+
+def maybe_next_shard(env_data, FLAGS, step: int, dataset):
+    """The next dataset shard at every multiple of ``--dataset_replace_interval``, else ``dataset``."""
+    from utils.datasets import Dataset
+
+    if env_data.next_shard is None or FLAGS.dataset_replace_interval <= 0 or step % FLAGS.dataset_replace_interval:
+        return dataset
+    return Dataset.create(**env_data.next_shard(), seed=FLAGS.seed + step)
+
+
+def end_of_step(agent, FLAGS, run, step_in_phase: int, phase_steps: int, step: int, phase: str):
+    """Evaluate and checkpoint on their schedules (:func:`should_evaluate`, :func:`should_save`)."""
+    if should_evaluate(step_in_phase, phase_steps, FLAGS.eval_interval):
+        evaluate_and_log(agent, run.eval_env, FLAGS, run.logger, step=step, action_dim=run.action_dim)
+    if should_save(step_in_phase, phase_steps, FLAGS.save_interval):
+        save_checkpoint(agent, run.run_dir, step=step, phase=phase)
+
+
 def should_evaluate(step: int, phase_steps: int, eval_interval: int) -> bool:
     """True at each multiple of ``eval_interval`` and at the last step of a phase (once each)."""
     # Difference from the reference: it evaluated at offline step ``offline_steps - 1`` (one step
@@ -282,7 +331,8 @@ def sample_mixed_batch(offline_dataset, replay_buffer, batch_size: int, utd_rati
 
 
 __all__ = [
-    "define_common_flags", "run_cli", "validate_common_flags", "agent_config", "setup_run", "should_evaluate",
+    "define_common_flags", "run_cli", "setup_experiment", "maybe_next_shard", "end_of_step",
+    "validate_common_flags", "agent_config", "setup_run", "should_evaluate",
     "should_save", "save_checkpoint", "evaluate_and_log", "stack_for_utd", "OnlineCollector",
     "make_policy_fn", "episode_stats", "mixed_batch_sizes", "sample_mixed_batch",
 ]
