@@ -30,7 +30,7 @@ import ml_collections
 import optax
 
 from utils.encoders import encoder_modules
-from utils.flax_utils import ModuleDict, TrainState, nonpytree_field, polyak_update
+from utils.flax_utils import ModuleDict, TrainState, gradient_and_target_step, nonpytree_field
 from utils.networks import ActorVectorField, Value
 
 ACTOR_TYPES = ("best-of-n", "distill-ddpg")
@@ -107,19 +107,6 @@ def _checked_config(config):
             f"None or one of {sorted(encoder_modules)}")
     return config
 
-
-def _update_step(agent, batch):
-    """One gradient step on ``critic_loss + actor_loss``, then one Polyak step of the target critic."""
-    new_rng, rng = jax.random.split(agent.rng)
-    network, info = agent.network.apply_loss_fn(lambda p: agent.total_loss(batch, p, rng))
-    old = agent.network.params
-    params = dict(network.params)
-    for name in [k for k in old if k.startswith("modules_target_")]:
-        # As in the reference (FQL and QC): the target moves toward the critic parameters from before
-        # this step's gradient update.
-        source = name.replace("modules_target_", "modules_")
-        params[name] = polyak_update(old[source], old[name], agent.config["tau"])
-    return agent.replace(network=network.replace(params=params), rng=new_rng), info
 
 
 class ACFQLAgent(flax.struct.PyTreeNode):
@@ -223,12 +210,12 @@ class ACFQLAgent(flax.struct.PyTreeNode):
     @jax.jit
     def update(self, batch):
         """One gradient step and one target update; returns ``(agent, info)``."""
-        return _update_step(self, batch)
+        return gradient_and_target_step(self, batch)
 
     @jax.jit
     def batch_update(self, stacked_batches):
         """``update`` on each batch along the leading (UTD) axis via ``lax.scan``; info averaged."""
-        agent, infos = jax.lax.scan(_update_step, self, stacked_batches)
+        agent, infos = jax.lax.scan(gradient_and_target_step, self, stacked_batches)
         return agent, jax.tree_util.tree_map(jnp.mean, infos)
 
     @jax.jit

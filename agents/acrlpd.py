@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from utils.flax_utils import ModuleDict, TrainState, nonpytree_field, polyak_update
+from utils.flax_utils import ModuleDict, TrainState, gradient_and_target_step, nonpytree_field
 from utils.networks import TanhNormalActor, Value
 
 Q_AGGS = ("mean", "min")
@@ -86,19 +86,6 @@ def _log_likelihood_per_dim(dist, actions):
     log_det = 2.0 * (jnp.log(2.0) - u - jax.nn.softplus(-2.0 * u))  # log(1 - tanh(u)^2)
     return log_normal - log_det  # (B, D)
 
-
-def _update_step(agent, batch):
-    """One gradient step on critic + actor + temperature losses, then one Polyak step of the target critic."""
-    new_rng, rng = jax.random.split(agent.rng)
-    network, info = agent.network.apply_loss_fn(lambda p: agent.total_loss(batch, p, rng))
-    old = agent.network.params
-    params = dict(network.params)
-    # As in the reference (QC's ACRLPD): the target moves toward the critic parameters from before this
-    # step's gradient update (RLPD itself uses the updated critic).
-    params["modules_target_critic"] = polyak_update(
-        old["modules_critic"], old["modules_target_critic"], agent.config["tau"]
-    )
-    return agent.replace(network=network.replace(params=params), rng=new_rng), info
 
 
 class ACRLPDAgent(flax.struct.PyTreeNode):
@@ -210,12 +197,12 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
     @jax.jit
     def update(self, batch):
         """One gradient step and one target update; returns ``(agent, info)``."""
-        return _update_step(self, batch)
+        return gradient_and_target_step(self, batch)
 
     @jax.jit
     def batch_update(self, stacked_batches):
         """``update`` on each batch along the leading (UTD) axis via ``lax.scan``; info averaged."""
-        agent, infos = jax.lax.scan(_update_step, self, stacked_batches)
+        agent, infos = jax.lax.scan(gradient_and_target_step, self, stacked_batches)
         return agent, jax.tree_util.tree_map(jnp.mean, infos)
 
     @jax.jit

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import agents.acfql as acfql
+import utils.flax_utils as flax_utils
 from agents import agents
 from agents.acfql import ACFQLAgent, get_config
 
@@ -305,7 +306,8 @@ def test_create_leaves_config_unchanged_and_fills_a_copy():
 
 
 def test_every_config_key_is_read():
-    source = inspect.getsource(acfql)
+    # The shared update step (utils/flax_utils.py) reads ``tau`` for the agent.
+    source = inspect.getsource(acfql) + inspect.getsource(flax_utils.gradient_and_target_step)
     driver_keys = {"agent_name", "batch_size"}  # read by main.py / main_online.py
     for key in get_config().keys():
         if key not in driver_keys:

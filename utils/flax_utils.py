@@ -112,6 +112,24 @@ def polyak_update(source_params, target_params, tau: float):
     return jax.tree_util.tree_map(lambda s, t: tau * s + (1.0 - tau) * t, source_params, target_params)
 
 
+def gradient_and_target_step(agent, batch):
+    """One optimizer step on ``agent.total_loss`` and one Polyak step of every target network.
+
+    ``agent`` has ``rng``, ``network`` (:class:`TrainState`), ``config['tau']`` and
+    ``total_loss(batch, grad_params, rng) -> (loss, info)``. Each ``modules_target_<name>`` moves
+    toward ``modules_<name>`` as it was *before* this step's gradient update, as in FQL and the QC
+    reference (RLPD itself uses the updated critic). Returns ``(agent, info)``.
+    """
+    new_rng, rng = jax.random.split(agent.rng)
+    network, info = agent.network.apply_loss_fn(lambda p: agent.total_loss(batch, p, rng))
+    old = agent.network.params
+    params = dict(network.params)
+    for name in [k for k in old if k.startswith("modules_target_")]:
+        source = name.replace("modules_target_", "modules_")
+        params[name] = polyak_update(old[source], old[name], agent.config["tau"])
+    return agent.replace(network=network.replace(params=params), rng=new_rng), info
+
+
 class CheckpointError(ValueError):
     """A checkpoint file is missing, truncated, corrupt or does not fit the agent."""
 
