@@ -52,9 +52,8 @@ def main(_):
         batch = train_dataset.sample_sequence(config.batch_size, sequence_length=h, discount=discount)
         agent, info = agent.update(batch)
         if i % FLAGS.log_interval == 0:
-            info = jax.device_get(info)
-            info["time/steps_per_second"] = i / (time.time() - start)
-            run.logger.log(info, "offline_agent", step=i)
+            run_utils.log_update_info(run.logger, info, "offline_agent", i, "steps_per_second",
+                                      i / (time.time() - start))
         run_utils.end_of_step(agent, FLAGS, run, i, FLAGS.offline_steps, step=i, phase="offline")
 
     # ---- Online phase ------------------------------------------------------------------------
@@ -79,9 +78,8 @@ def main(_):
                 )
                 agent, info = agent.batch_update(run_utils.stack_for_utd(batch, FLAGS.utd_ratio))
                 if i % FLAGS.log_interval == 0:
-                    info = jax.device_get(info)
-                    info["time/env_steps_per_second"] = i / (time.time() - start)
-                    run.logger.log(info, "online_agent", step=step)
+                    run_utils.log_update_info(run.logger, info, "online_agent", step, "env_steps_per_second",
+                                              i / (time.time() - start))
             run_utils.end_of_step(agent, FLAGS, run, i, FLAGS.online_steps, step=step, phase="online")
     run.logger.close()
     logging.info("Done. Logs and checkpoints in %s", os.path.abspath(run.run_dir))

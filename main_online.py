@@ -61,9 +61,8 @@ def main(_):
             )
             agent, info = agent.batch_update(batch)
             if i % FLAGS.log_interval == 0:
-                info = jax.device_get(info)
-                info["time/env_steps_per_second"] = i / (time.time() - start)
-                run.logger.log(info, "online_agent", step=i)
+                run_utils.log_update_info(run.logger, info, "online_agent", i, "env_steps_per_second",
+                                          i / (time.time() - start))
         run_utils.end_of_step(agent, FLAGS, run, i, FLAGS.online_steps, step=i, phase="online")
     run.logger.close()
     logging.info("Done. Logs and checkpoints in %s", os.path.abspath(run.run_dir))

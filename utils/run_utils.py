@@ -232,6 +232,13 @@ def evaluate_and_log(agent, eval_env, FLAGS, logger: Logger, step: int, action_d
     return stats
 
 
+def log_update_info(logger: Logger, info: Dict, prefix: str, step: int, rate_key: str, rate: float):
+    """Fetch an update's metrics from the device, add ``time/<rate_key>`` and log them under ``prefix``."""
+    info = jax.device_get(info)
+    info[f"time/{rate_key}"] = rate
+    logger.log(info, prefix, step=step)
+
+
 def episode_stats(info: Dict) -> Dict:
     """Success, return and length of a finished training episode (for the ``env`` CSV)."""
     stats = {"success": float(info.get("success", np.nan))}
@@ -334,5 +341,5 @@ __all__ = [
     "define_common_flags", "run_cli", "setup_experiment", "maybe_next_shard", "end_of_step",
     "validate_common_flags", "agent_config", "setup_run", "should_evaluate",
     "should_save", "save_checkpoint", "evaluate_and_log", "stack_for_utd", "OnlineCollector",
-    "make_policy_fn", "episode_stats", "mixed_batch_sizes", "sample_mixed_batch",
+    "make_policy_fn", "log_update_info", "episode_stats", "mixed_batch_sizes", "sample_mixed_batch",
 ]
