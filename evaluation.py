@@ -14,6 +14,8 @@ import jax
 import numpy as np
 from tqdm import trange
 
+from utils import seeding
+
 
 class ActionQueue:
     """Executes action chunks open-loop, asking the policy for a new chunk only when empty.
@@ -59,19 +61,21 @@ class ActionQueue:
         return self._queue.pop(0)
 
 
-def make_policy_fn(agent, rng: jax.Array) -> Callable[[np.ndarray], np.ndarray]:
-    """``observation -> np.ndarray chunk`` that splits a fresh key from its own stream each call.
+class Policy:
+    """``observation -> np.ndarray chunk`` that splits a fresh key from its own stream at each call.
 
-    The stream starts at ``rng`` and is private to the returned function, so evaluation never
-    consumes the training stream.
+    The stream starts at ``rng`` and is private to this object, so evaluation never consumes the
+    training stream. ``agent`` (anything with ``sample_actions(observations, rng)``) may be
+    replaced between calls: the online collector sets the current agent before every step.
     """
-    state = {"rng": rng}
 
-    def policy_fn(observation):
-        state["rng"], key = jax.random.split(state["rng"])
-        return np.asarray(agent.sample_actions(observation, rng=key))
+    def __init__(self, agent, rng: jax.Array):
+        self.agent = agent
+        self.rng = rng
 
-    return policy_fn
+    def __call__(self, observation) -> np.ndarray:
+        self.rng, key = jax.random.split(self.rng)
+        return np.asarray(self.agent.sample_actions(observation, rng=key))
 
 
 def _flatten(d: Dict, parent: str = "") -> Dict:
@@ -86,7 +90,7 @@ def _flatten(d: Dict, parent: str = "") -> Dict:
 
 
 def evaluate(agent, env, num_eval_episodes: int = 50, num_video_episodes: int = 0,
-             video_frame_skip: int = 3, action_dim: Optional[int] = None, seed: int = 0,
+             video_frame_skip: int = 3, action_dim: Optional[int] = None, seed: int = 0, step: int = 0,
              progress: bool = True):
     """Run episodes with open-loop chunk execution and average the final infos.
 
@@ -98,7 +102,9 @@ def evaluate(agent, env, num_eval_episodes: int = 50, num_video_episodes: int = 
         num_video_episodes: further episodes whose frames are rendered (``env.render()``).
         video_frame_skip: keep every this-many-th frame.
         action_dim: size of one environment action (default: ``env.action_space.shape[-1]``).
-        seed: seed of the evaluation's own policy key stream and of the first ``env.reset``.
+        seed, step: the run's seed and the step of this evaluation; the policy key and one reset
+            seed per episode come from :func:`utils.seeding.evaluation_streams` (``seed, step``), a
+            stream that no other evaluation and no training stream shares.
         progress: show a tqdm bar.
 
     Returns:
@@ -109,13 +115,15 @@ def evaluate(agent, env, num_eval_episodes: int = 50, num_video_episodes: int = 
     """
     if action_dim is None:
         action_dim = int(env.action_space.shape[-1])
-    queue = ActionQueue(make_policy_fn(agent, jax.random.PRNGKey(seed)), action_dim)
+    num_episodes = num_eval_episodes + num_video_episodes
+    key, reset_seeds = seeding.evaluation_streams(seed, step, num_episodes)
+    queue = ActionQueue(Policy(agent, key), action_dim)
     stats, trajs, renders = defaultdict(list), [], []
-    iterator = trange(num_eval_episodes + num_video_episodes, desc="eval", leave=False, disable=not progress)
+    iterator = trange(num_episodes, desc="eval", leave=False, disable=not progress)
     for i in iterator:
         should_render = i >= num_eval_episodes
         traj, frames = defaultdict(list), []
-        observation, info = env.reset(seed=seed + i)
+        observation, info = env.reset(seed=reset_seeds[i])
         queue.reset()
         calls_before = queue.num_policy_calls
         done, step = False, 0

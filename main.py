@@ -4,7 +4,7 @@ Loop outline:
   1. Build the training and evaluation envs and the offline dataset (envs/); --sparse and the
      action clipping are applied to the dataset by the same code that transforms online rewards.
   2. Offline phase, steps 1..offline_steps: each step samples B windows of h = --horizon_length
-     steps (Dataset.sample_sequence, discount = --agent.discount) and takes one gradient step
+     steps (run_utils.sample_windows: h and discount read from the agent config) and takes one gradient step
      (agent.update). With several dataset shards, the next shard is loaded every
      --dataset_replace_interval steps.
   3. A replay buffer is created from the offline dataset.
@@ -22,68 +22,65 @@ Example (QC on cube-double, paper settings):
       --agent.actor_type=best-of-n --agent.actor_num_samples=32
 """
 
+import functools
 import os
 import time
 
-import jax
 import tqdm
 from absl import app, flags, logging
 
-from utils import run_utils
+import run_utils
+from utils import seeding
 from utils.datasets import ReplayBuffer
 
 FLAGS = flags.FLAGS
-run_utils.define_common_flags(default_agent="agents/acfql.py", default_env="cube-double-play-singletask-task2-v0")
-flags.DEFINE_integer("offline_steps", 1000000, "Number of offline gradient steps (0: skip the offline phase).")
+run_utils.define_flags("main")
 
 
 def main(_):
-    if FLAGS.offline_steps < 0:
-        raise ValueError(f"--offline_steps={FLAGS.offline_steps} must be >= 0.")
-    run = run_utils.setup_experiment(FLAGS)
-    agent, config, train_dataset = run.agent, run.config, run.train_dataset
-    discount, h = config.discount, FLAGS.horizon_length
+    run = run_utils.setup_experiment(run_utils.RunConfig.from_flags(FLAGS, driver="main"))
+    cfg, agent, train_dataset = run.cfg, run.agent, run.train_dataset
 
     # ---- Offline phase -----------------------------------------------------------------------
     start = time.time()
-    for i in tqdm.trange(1, FLAGS.offline_steps + 1, desc="offline", disable=not FLAGS.progress,
+    for i in tqdm.trange(1, cfg.offline_steps + 1, desc="offline", disable=not cfg.progress,
                          smoothing=0.1, dynamic_ncols=True):
-        train_dataset = run_utils.maybe_next_shard(run.env_data, FLAGS, i, train_dataset)
-        batch = train_dataset.sample_sequence(config.batch_size, sequence_length=h, discount=discount)
+        train_dataset = run_utils.maybe_next_shard(run, i, train_dataset)
+        batch = run_utils.sample_windows(train_dataset, agent.config, agent.config["batch_size"])
         agent, info = agent.update(batch)
-        if i % FLAGS.log_interval == 0:
+        if i % cfg.log_interval == 0:
             run_utils.log_update_info(run.logger, info, "offline_agent", i, "steps_per_second",
                                       i / (time.time() - start))
-        run_utils.end_of_step(agent, FLAGS, run, i, FLAGS.offline_steps, step=i, phase="offline")
+        run.end_of_step(agent, i, phase="offline")
 
     # ---- Online phase ------------------------------------------------------------------------
-    if FLAGS.online_steps > 0:
+    if cfg.online_steps > 0:
         replay_buffer = ReplayBuffer.create_from_initial_dataset(
-            dict(train_dataset), size=max(FLAGS.buffer_size, train_dataset.size + 1), seed=FLAGS.seed,
+            dict(train_dataset), size=max(cfg.buffer_size, train_dataset.size + 1),
+            rng=seeding.numpy_rng(cfg.seed, "replay_buffer"),
+            stop_reward_at_mask_zero=cfg.stop_reward_at_mask_zero,
         )
         collector = run_utils.OnlineCollector(
-            run.env, lambda: agent, run.action_dim, run.env_data.reward_fn, jax.random.PRNGKey(FLAGS.seed + 1),
-            seed=FLAGS.seed,
+            run.env_data.env, run.action_dim, run.env_data.reward_fn, seeding.jax_key(cfg.seed, "collector"),
         )
+        utd = cfg.utd_ratio
         start = time.time()
-        for i in tqdm.trange(1, FLAGS.online_steps + 1, desc="online", disable=not FLAGS.progress,
+        for i in tqdm.trange(1, cfg.online_steps + 1, desc="online", disable=not cfg.progress,
                              smoothing=0.1, dynamic_ncols=True):
-            step = FLAGS.offline_steps + i
-            episode_info = collector.step(replay_buffer)
+            step = run.global_step(i, "online")
+            episode_info = collector.step(agent, replay_buffer)
             if episode_info is not None:
                 run.logger.log(run_utils.episode_stats(episode_info), "env", step=step)
-            if i >= FLAGS.start_training:
-                batch = replay_buffer.sample_sequence(
-                    config.batch_size * FLAGS.utd_ratio, sequence_length=h, discount=discount,
-                )
-                agent, info = agent.batch_update(run_utils.stack_for_utd(batch, FLAGS.utd_ratio))
-                if i % FLAGS.log_interval == 0:
+            if i >= cfg.start_training:
+                batch = run_utils.sample_windows(replay_buffer, agent.config, agent.config["batch_size"] * utd)
+                agent, info = agent.batch_update(run_utils.stack_for_utd(batch, utd))
+                if i % cfg.log_interval == 0:
                     run_utils.log_update_info(run.logger, info, "online_agent", step, "env_steps_per_second",
                                               i / (time.time() - start))
-            run_utils.end_of_step(agent, FLAGS, run, i, FLAGS.online_steps, step=step, phase="online")
+            run.end_of_step(agent, i, phase="online")
     run.logger.close()
     logging.info("Done. Logs and checkpoints in %s", os.path.abspath(run.run_dir))
 
 
 if __name__ == "__main__":
-    app.run(run_utils.run_cli(main))
+    app.run(run_utils.run_cli(main), flags_parser=functools.partial(run_utils.parse_flags, driver="main"))

@@ -18,55 +18,52 @@ Example (QC-RLPD on cube-double):
   python main_online.py --env_name=cube-double-play-singletask-task2-v0 --horizon_length=5 --agent.bc_alpha=0.01
 """
 
+import functools
 import os
 import time
 
-import jax
 import tqdm
 from absl import app, flags, logging
 
-from utils import run_utils
+import run_utils
+from utils import seeding
 from utils.datasets import ReplayBuffer
 
 FLAGS = flags.FLAGS
-run_utils.define_common_flags(default_agent="agents/acrlpd.py", default_env="cube-double-play-singletask-task2-v0")
-flags.DEFINE_float("offline_ratio", 0.5, "Fraction of each batch drawn from the offline data (the rest from the "
-                   "replay buffer); floor(offline_ratio * batch_size) rows, exact for odd batch sizes.")
+run_utils.define_flags("main_online")
 
 
 def main(_):
-    run_utils.mixed_batch_sizes(1, FLAGS.offline_ratio)  # validates --offline_ratio
-    run = run_utils.setup_experiment(FLAGS)
-    agent, config, train_dataset = run.agent, run.config, run.train_dataset
-    h = FLAGS.horizon_length
+    run = run_utils.setup_experiment(run_utils.RunConfig.from_flags(FLAGS, driver="main_online"))
+    cfg, agent, train_dataset = run.cfg, run.agent, run.train_dataset
 
     example_transition = {k: run.example[k][0] for k in
                           ("observations", "actions", "rewards", "terminals", "masks", "next_observations")}
-    replay_buffer = ReplayBuffer.create(example_transition, size=FLAGS.buffer_size, seed=FLAGS.seed + 1)
+    replay_buffer = ReplayBuffer.create(example_transition, size=cfg.buffer_size,
+                                        rng=seeding.numpy_rng(cfg.seed, "replay_buffer"),
+                                        stop_reward_at_mask_zero=cfg.stop_reward_at_mask_zero)
     collector = run_utils.OnlineCollector(
-        run.env, lambda: agent, run.action_dim, run.env_data.reward_fn, jax.random.PRNGKey(FLAGS.seed + 1),
-        seed=FLAGS.seed,
+        run.env_data.env, run.action_dim, run.env_data.reward_fn, seeding.jax_key(cfg.seed, "collector"),
     )
+    h = agent.config["horizon_length"]
     start = time.time()
-    for i in tqdm.trange(1, FLAGS.online_steps + 1, desc="online", disable=not FLAGS.progress,
+    for i in tqdm.trange(1, cfg.online_steps + 1, desc="online", disable=not cfg.progress,
                          smoothing=0.1, dynamic_ncols=True):
-        train_dataset = run_utils.maybe_next_shard(run.env_data, FLAGS, i, train_dataset)
-        episode_info = collector.step(replay_buffer)
+        train_dataset = run_utils.maybe_next_shard(run, i, train_dataset)
+        episode_info = collector.step(agent, replay_buffer)
         if episode_info is not None:
             run.logger.log(run_utils.episode_stats(episode_info), "env", step=i)
-        if i >= FLAGS.start_training and replay_buffer.size >= h:
-            batch = run_utils.sample_mixed_batch(
-                train_dataset, replay_buffer, config.batch_size, FLAGS.utd_ratio, FLAGS.offline_ratio,
-                sequence_length=h, discount=config.discount,
-            )
+        if i >= cfg.start_training and (replay_buffer.size >= h or cfg.offline_ratio == 1.0):
+            batch = run_utils.sample_mixed_batch(train_dataset, replay_buffer, agent.config, cfg.utd_ratio,
+                                                 cfg.offline_ratio)
             agent, info = agent.batch_update(batch)
-            if i % FLAGS.log_interval == 0:
+            if i % cfg.log_interval == 0:
                 run_utils.log_update_info(run.logger, info, "online_agent", i, "env_steps_per_second",
                                           i / (time.time() - start))
-        run_utils.end_of_step(agent, FLAGS, run, i, FLAGS.online_steps, step=i, phase="online")
+        run.end_of_step(agent, i, phase="online")
     run.logger.close()
     logging.info("Done. Logs and checkpoints in %s", os.path.abspath(run.run_dir))
 
 
 if __name__ == "__main__":
-    app.run(run_utils.run_cli(main))
+    app.run(run_utils.run_cli(main), flags_parser=functools.partial(run_utils.parse_flags, driver="main_online"))

@@ -20,7 +20,6 @@ the next chunk), the distillation target ``flow(s, z)`` and the critic inside th
 are called without ``params=`` and get exactly zero gradient (tests/test_acfql.py checks this).
 """
 
-import numbers
 from typing import Any
 
 import flax
@@ -29,6 +28,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from agents import common
 from utils.encoders import encoder_modules
 from utils.flax_utils import ModuleDict, TrainState, gradient_and_target_step, nonpytree_field
 from utils.networks import ActorVectorField, Value
@@ -76,37 +76,51 @@ def _repeat_candidates(x, n, axis):
 
 def _policy_actions(actions, config):
     """Dataset actions ``(B, h, action_dim)`` as the actor and critic see them: the flattened chunk
-    ``(B, h * action_dim)`` with ``action_chunking``, else the first action ``(B, action_dim)``."""
-    if actions.shape[1] != config["horizon_length"]:  # rewards[:, -1] and masks[:, -1] must be step h
-        raise ValueError(
-            f"Batch windows have {actions.shape[1]} steps but config['horizon_length'] is "
-            f"{config['horizon_length']}; sample them with sequence_length=horizon_length."
-        )
+    ``(B, h * action_dim)`` with ``action_chunking``, else the first action ``(B, action_dim)``.
+
+    Raises ``ValueError`` when the windows do not have exactly ``horizon_length`` steps
+    (:func:`agents.common.check_window`): ``rewards[:, -1]`` and ``masks[:, -1]`` must be step h.
+    """
+    common.check_window(actions, config)
     if config["action_chunking"]:
         return actions.reshape(actions.shape[0], -1)  # (B, h * A)
     return actions[:, 0]  # (B, A)
 
 
-def _checked_config(config):
-    """A plain-dict copy of ``config`` (lists as tuples, hashable for jit); ValueError naming a bad key."""
-    config = dict(config.to_dict() if hasattr(config, "to_dict") else config)
-    config = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
+CONFIG_RULES = {
+    "agent_name": common.one_of(("acfql",)),
+    "lr": common.POSITIVE,
+    "batch_size": common.int_at_least(1),
+    "actor_hidden_dims": common.HIDDEN_DIMS,
+    "value_hidden_dims": common.HIDDEN_DIMS,
+    "layer_norm": common.BOOL,
+    "actor_layer_norm": common.BOOL,
+    "discount": common.number_in(0, 1, low_open=True),
+    "tau": common.number_in(0, 1, low_open=True),
+    "q_agg": common.one_of(Q_AGGS),
+    "alpha": common.NON_NEGATIVE,
+    "num_qs": common.int_at_least(1),
+    "flow_steps": common.int_at_least(1),
+    "normalize_q_loss": common.BOOL,
+    "encoder": common.unset_or(common.one_of(tuple(sorted(encoder_modules)))),
+    "horizon_length": (lambda v: common.is_int(v, 1), "an int >= 1 (the driver sets it from --horizon_length)"),
+    "action_chunking": common.BOOL,
+    "actor_type": common.one_of(ACTOR_TYPES),
+    "actor_num_samples": common.int_at_least(1),
+    "use_fourier_features": common.BOOL,
+    "fourier_feature_dim": ((lambda v: common.is_int(v, 2) and v % 2 == 0), "an even int >= 2"),
+    "weight_decay": common.NON_NEGATIVE,
+    "ob_dims": common.OB_DIMS,
+    "action_dim": common.ACTION_DIM,
+}
 
-    def require(key, ok, what):
-        if not ok:
-            raise ValueError(f"config['{key}'] must be {what}, got {config.get(key)!r}.")
 
-    h = config.get("horizon_length")
-    require("horizon_length", isinstance(h, numbers.Integral) and h >= 1,
-            "an int >= 1 (the driver sets it from --horizon_length)")
-    require("actor_type", config.get("actor_type") in ACTOR_TYPES, f"one of {ACTOR_TYPES}")
-    require("q_agg", config.get("q_agg") in Q_AGGS, f"one of {Q_AGGS}")
-    for key in ("actor_num_samples", "flow_steps", "num_qs"):
-        require(key, isinstance(config.get(key), numbers.Integral) and config[key] >= 1, "an int >= 1")
-    require("encoder", config.get("encoder") is None or config["encoder"] in encoder_modules,
-            f"None or one of {sorted(encoder_modules)}")
-    return config
+def check_config(config):
+    """A plain-dict copy of ``config`` (hashable for jit), every key checked by ``CONFIG_RULES``.
 
+    Raises ``ValueError`` naming the key (``--agent.KEY``) for an unknown key or a bad value.
+    """
+    return common.check_config(config, CONFIG_RULES, "acfql")
 
 
 class ACFQLAgent(flax.struct.PyTreeNode):
@@ -171,7 +185,7 @@ class ACFQLAgent(flax.struct.PyTreeNode):
         x_t = (1 - t) * x_0 + t * x_1
         features = _encode(self.network, cfg, "actor_bc_flow", batch["observations"], grad_params)
         pred = self.network.select("actor_bc_flow")(features, x_t, t, params=grad_params)  # (B, A)
-        steps = cfg["horizon_length"] if cfg["action_chunking"] else 1
+        steps = common.policy_steps(cfg)
         error = jnp.square(pred - (x_1 - x_0)).reshape(batch_size, steps, cfg["action_dim"])  # (B, h, a)
         bc_flow_loss = jnp.mean(error * batch["valid"][:, :steps, None])
 
@@ -229,7 +243,7 @@ class ACFQLAgent(flax.struct.PyTreeNode):
         cfg = self.config
         batch_axes = observations.ndim - len(cfg["ob_dims"])
         batch_shape = observations.shape[:batch_axes]
-        action_dim = cfg["action_dim"] * (cfg["horizon_length"] if cfg["action_chunking"] else 1)
+        action_dim = cfg["action_dim"] * common.policy_steps(cfg)
         if cfg["actor_type"] == "distill-ddpg":
             noises = jax.random.normal(rng, (*batch_shape, action_dim))  # (*B, A)
             features = _encode(self.network, cfg, "actor_onestep_flow", observations)
@@ -255,6 +269,11 @@ class ACFQLAgent(flax.struct.PyTreeNode):
         features = _encode(self.network, self.config, "actor_bc_flow", observations)
         return _euler(self.network, self.config, features, noises)
 
+    @staticmethod
+    def check_config(config):
+        """See :func:`check_config` (module level): the checked plain-dict config, or ``ValueError``."""
+        return check_config(config)
+
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
         """New agent; ``config`` (``get_config()`` with ``horizon_length`` set) is not modified.
@@ -263,19 +282,16 @@ class ACFQLAgent(flax.struct.PyTreeNode):
         ``(B, action_dim)`` with ``(B, *ob)``. ``action_dim`` and ``ob_dims`` are filled in on a copy.
         Raises ``ValueError`` naming the key for a bad configuration.
         """
-        config = _checked_config(config)
-        ex_actions = jnp.asarray(ex_actions)
+        config = common.fill_shapes(check_config(config), ex_observations, ex_actions)
         ex_observations = jnp.asarray(ex_observations)
-        ob_dims = tuple(ex_observations.shape[ex_actions.ndim - 1 :])
-        config["ob_dims"] = ob_dims
-        config["action_dim"] = int(ex_actions.shape[-1])
-        steps = config["horizon_length"] if config["action_chunking"] else 1
+        ob_dims = config["ob_dims"]
+        steps = common.policy_steps(config)
         full_action_dim = config["action_dim"] * steps
         ex_obs = ex_observations.reshape((-1, *ob_dims))[:1]  # (1, *ob)
         ex_chunk = jnp.zeros((1, full_action_dim))
         ex_times = jnp.zeros((1, 1))
 
-        init_rng, rng = jax.random.split(jax.random.PRNGKey(seed))
+        init_rng, rng = jax.random.split(common.init_key(seed))
         names = ["critic", "target_critic", "actor_bc_flow"]
         if config["actor_type"] == "distill-ddpg":  # best-of-n builds no one-step actor
             names.append("actor_onestep_flow")

@@ -19,7 +19,6 @@ reaches only ``temperature`` (its entropy is stop-gradiented). ``target_critic``
 averaging. tests/test_acrlpd.py checks the zeros.
 """
 
-import numbers
 from typing import Any
 
 import flax
@@ -29,6 +28,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from agents import common
 from utils.flax_utils import ModuleDict, TrainState, gradient_and_target_step, nonpytree_field
 from utils.networks import TanhNormalActor, Value
 
@@ -52,16 +52,16 @@ class Temperature(nn.Module):
         return jnp.exp(log_alpha)
 
 
-def _steps(config):
-    """Actions per actor/critic input: ``h`` with ``action_chunking``, else 1."""
-    return config["horizon_length"] if config["action_chunking"] else 1
-
-
 def _policy_actions(actions, config):
-    """Dataset actions ``(B, H, action_dim)`` as the actor and critic see them: the flattened chunk
-    ``(B, h * action_dim)`` with ``action_chunking``, else the first action ``(B, action_dim)``."""
+    """Dataset actions ``(B, h, action_dim)`` as the actor and critic see them: the flattened chunk
+    ``(B, h * action_dim)`` with ``action_chunking``, else the first action ``(B, action_dim)``.
+
+    Raises ``ValueError`` when the windows do not have exactly ``horizon_length`` steps
+    (:func:`agents.common.check_window`): a longer window would pair an H-step reward sum with ``gamma^h``.
+    """
+    common.check_window(actions, config)
     if config["action_chunking"]:
-        return actions[:, : config["horizon_length"]].reshape(actions.shape[0], -1)  # (B, h * A)
+        return actions.reshape(actions.shape[0], -1)  # (B, h * A)
     return actions[:, 0]  # (B, A)
 
 
@@ -160,7 +160,7 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
         sac_loss = jnp.mean(alpha * log_probs - q)
 
         data_actions = _policy_actions(batch["actions"], cfg)  # (B, A)
-        steps = _steps(cfg)
+        steps = common.policy_steps(cfg)
         log_lik = _log_likelihood_per_dim(dist, data_actions)  # (B, A)
         log_lik = log_lik.reshape(data_actions.shape[0], steps, cfg["action_dim"]).sum(axis=-1)  # (B, h)
         # Difference from the reference: it clones the whole chunk, post-terminal padding steps included.
@@ -214,6 +214,11 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
         """
         return jnp.clip(self.network.select("actor")(observations).sample(seed=rng), -1, 1)
 
+    @staticmethod
+    def check_config(config):
+        """See :func:`check_config` (module level): the checked plain-dict config, or ``ValueError``."""
+        return check_config(config)
+
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
         """New agent; ``config`` (``get_config()`` with ``horizon_length`` set) is not modified.
@@ -223,12 +228,9 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
         ``target_entropy = -target_entropy_multiplier * h * action_dim`` (``h`` -> 1 without chunking)
         are filled in on a copy. Raises ``ValueError`` naming the key for a bad configuration.
         """
-        config = _checked_config(config)
-        ex_actions = jnp.asarray(ex_actions)
+        config = common.fill_shapes(check_config(config), ex_observations, ex_actions)
         ex_observations = jnp.asarray(ex_observations)
-        config["ob_dims"] = tuple(ex_observations.shape[ex_actions.ndim - 1 :])
-        config["action_dim"] = int(ex_actions.shape[-1])
-        full_action_dim = config["action_dim"] * _steps(config)
+        full_action_dim = config["action_dim"] * common.policy_steps(config)
         if config["target_entropy"] is None:
             config["target_entropy"] = -config["target_entropy_multiplier"] * full_action_dim
         ex_obs = ex_observations.reshape((-1, *config["ob_dims"]))[:1]  # (1, *ob)
@@ -243,7 +245,7 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
                        temperature=Temperature(config["init_temp"]))
         args = dict(critic=(ex_obs, ex_chunk), target_critic=(ex_obs, ex_chunk), actor=(ex_obs,), temperature=())
 
-        init_rng, rng = jax.random.split(jax.random.PRNGKey(seed))
+        init_rng, rng = jax.random.split(common.init_key(seed))
         network_def = ModuleDict(modules)
         params = dict(network_def.init(init_rng, **args)["params"])
         params["modules_target_critic"] = params["modules_critic"]  # the target starts as the critic
@@ -251,37 +253,44 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
         return cls(rng=rng, network=network, config=flax.core.FrozenDict(config))
 
 
-def _checked_config(config):
-    """A plain-dict copy of ``config`` (lists as tuples, hashable for jit); ValueError naming a bad key."""
-    config = dict(config.to_dict() if hasattr(config, "to_dict") else config)
-    config = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
+CONFIG_RULES = {
+    "agent_name": common.one_of(("acrlpd",)),
+    "lr": common.POSITIVE,
+    "batch_size": common.int_at_least(1),
+    "actor_hidden_dims": common.HIDDEN_DIMS,
+    "value_hidden_dims": common.HIDDEN_DIMS,
+    "layer_norm": common.BOOL,
+    "actor_layer_norm": common.BOOL,
+    "discount": common.number_in(0, 1, low_open=True),
+    "tau": common.number_in(0, 1, low_open=True),
+    "num_qs": common.int_at_least(1),
+    "num_min_qs": common.unset_or(common.int_at_least(1)),
+    "q_agg": common.one_of(Q_AGGS),
+    "backup_entropy": common.BOOL,
+    "init_temp": common.POSITIVE,
+    "target_entropy_multiplier": common.NON_NEGATIVE,
+    "target_entropy": common.unset_or(common.number_in(-float("inf"))),
+    "bc_alpha": common.NON_NEGATIVE,
+    "horizon_length": (lambda v: common.is_int(v, 1), "an int >= 1 (the driver sets it from --horizon_length)"),
+    "action_chunking": common.BOOL,
+    "encoder": ((lambda v: v is None), "None (pixel observations are supported by ACFQL only)"),
+    "ob_dims": common.OB_DIMS,
+    "action_dim": common.ACTION_DIM,
+}
 
-    def require(key, ok, what):
-        if not ok:
-            raise ValueError(f"config['{key}'] must be {what}, got {config.get(key)!r}.")
 
-    def is_int(value, low):
-        return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= low
+def check_config(config):
+    """A plain-dict copy of ``config`` (hashable for jit), every key checked by ``CONFIG_RULES``.
 
-    def is_number(value):
-        return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-    require("horizon_length", is_int(config.get("horizon_length"), 1),
-            "an int >= 1 (the driver sets it from --horizon_length)")
-    require("num_qs", is_int(config.get("num_qs"), 1), "an int >= 1")
-    num_min_qs = config.get("num_min_qs")
-    require("num_min_qs", num_min_qs is None or (is_int(num_min_qs, 1) and num_min_qs <= config["num_qs"]),
-            f"None or an int in [1, num_qs={config['num_qs']}]")
-    require("q_agg", config.get("q_agg") in Q_AGGS, f"one of {Q_AGGS}")
-    require("q_agg", num_min_qs is None or config["q_agg"] == "min",
-            "'min' when num_min_qs is set (RLPD's random-subset minimum)")
-    require("target_entropy_multiplier", is_number(config.get("target_entropy_multiplier"))
-            and config["target_entropy_multiplier"] >= 0, "a number >= 0")
-    require("target_entropy", config.get("target_entropy") is None or is_number(config["target_entropy"]),
-            "None or a number")
-    require("bc_alpha", is_number(config.get("bc_alpha")) and config["bc_alpha"] >= 0, "a number >= 0")
-    require("init_temp", is_number(config.get("init_temp")) and config["init_temp"] > 0, "a number > 0")
-    require("encoder", config.get("encoder") is None, "None (pixel observations are supported by ACFQL only)")
+    Raises ``ValueError`` naming the key (``--agent.KEY``) for an unknown key or a bad value, and
+    for ``num_min_qs`` above ``num_qs`` or set without ``q_agg='min'``.
+    """
+    config = common.check_config(config, CONFIG_RULES, "acrlpd")
+    num_min_qs = config["num_min_qs"]
+    if num_min_qs is not None and num_min_qs > config["num_qs"]:
+        raise ValueError(f"--agent.num_min_qs={num_min_qs} must be <= --agent.num_qs={config['num_qs']}.")
+    if num_min_qs is not None and config["q_agg"] != "min":
+        raise ValueError("--agent.q_agg must be 'min' when --agent.num_min_qs is set (RLPD's random-subset minimum).")
     return config
 
 

@@ -18,8 +18,11 @@ published procedure ('play' datasets; facts from DESIGN.md section 5 and OGBench
   height band 0.06..0.08) are discarded and redrawn.
 - each row stores the observation s_t, the action a_t, `terminals` (True on the episode's last
   row) and the simulator state of s_t: `qpos`, `qvel` (float32) and, for scene and puzzle,
-  `button_states` (int64) -- what `ogbench.relabel_utils.relabel_dataset` needs.
-- `<save_path>` gets `num_episodes` episodes, `<save_path stem>-val.npz` a further 10% (at least 1).
+  `button_states` (int64) -- what `ogbench.relabel_utils.relabel_dataset` needs. No reward, success
+  or task is stored: loading relabels each transition for the run's task and success timing
+  (`envs.ogbench_utils`), so one file serves every task and both timings.
+- `<save_path>` gets `num_episodes` episodes, `<save_path stem>-val.npz` a further 10% (at least 1;
+  training does not need it).
 
 Determinism: one `--seed` fixes everything. It is split (SeedSequence) into the env's seed (first
 reset), our `np.random.Generator` (p_stack, noise level, random actions, action noise), and a seed
@@ -43,7 +46,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import time
 import zipfile
 
@@ -53,56 +55,12 @@ from tqdm import tqdm
 
 from envs.ogbench_utils import (
     DATASET_TYPES,
+    PUBLISHED_NUM_EPISODES,
     OGBenchName,
     default_dataset_path,
-    parse_ogbench_name,
+    resolve_dataset_name,
     val_path_for,
 )
-
-# Published episode counts of the OGBench 'play'/'noisy' datasets (train file; val adds 10%).
-PUBLISHED_NUM_EPISODES = {
-    'cube-single': 1000,
-    'cube-double': 1000,
-    'cube-triple': 3000,
-    'cube-quadruple': 5000,
-    'scene': 1000,
-    'puzzle-3x3': 1000,
-}
-
-
-def _resolve(env_name: str, dataset_type: str | None) -> OGBenchName:
-    """Accept a dataset name, a training env name or a `<domain>-v0` id; settle the dataset type."""
-    name = parse_ogbench_name(env_name)
-    if name is None:
-        raise ValueError(
-            f'Cannot generate a dataset for {env_name!r}: expected <domain>-<type>-v0 (e.g. '
-            f'cube-single-play-v0), a training env name, or <domain>-v0 with --dataset_type; '
-            f'domains {sorted(PUBLISHED_NUM_EPISODES)}, types {DATASET_TYPES}.'
-        )
-    if dataset_type is not None and dataset_type not in DATASET_TYPES:
-        raise ValueError(f'dataset_type must be one of {DATASET_TYPES}, got {dataset_type!r}.')
-    if name.dataset_type is not None and dataset_type is not None and dataset_type != name.dataset_type:
-        raise ValueError(
-            f'{env_name!r} names a {name.dataset_type!r} dataset but dataset_type={dataset_type!r}.'
-        )
-    return OGBenchName(name.domain, name.dataset_type or dataset_type or 'play')
-
-
-def generator_command(env_name: str, save_path: str | None = None, num_episodes: int | None = None) -> str:
-    """The shell command that generates the dataset of `env_name` (for error messages and the README).
-
-    Args:
-        env_name: training env name, dataset name, or `<domain>-v0`.
-        save_path: where the file should go; default `~/.ogbench/data/<dataset>.npz` (expanded).
-        num_episodes: default: the published count for the domain.
-    """
-    name = _resolve(env_name, None)
-    num_episodes = num_episodes or PUBLISHED_NUM_EPISODES[name.domain]
-    save_path = save_path or default_dataset_path(name.dataset_name)
-    return (
-        f'python -m envs.generate_dataset --env_name={name.dataset_name} '
-        f'--num_episodes={num_episodes} --seed=0 --save_path={shlex.quote(save_path)}'
-    )
 
 
 def _p_stack(domain: str, rng: np.random.Generator) -> float:
@@ -277,7 +235,7 @@ def generate_dataset(
         FileExistsError: a target file exists and `overwrite` is False.
         RuntimeError: a scene episode failed the table check 100 times in a row.
     """
-    name = _resolve(env_name, dataset_type)
+    name = resolve_dataset_name(env_name, dataset_type)
     num_episodes = PUBLISHED_NUM_EPISODES[name.domain] if num_episodes is None else num_episodes
     num_val_episodes = max(1, num_episodes // 10) if num_val_episodes is None else num_val_episodes
     if num_episodes < 1 or num_val_episodes < 1 or max_episode_steps < 2:

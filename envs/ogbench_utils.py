@@ -8,13 +8,16 @@ Names (see `parse_ogbench_name`):
     collection id  <domain>-v0                                the env the generator drives
 
 with <domain> in `DOMAINS` and <type> in `DATASET_TYPES`. Without `-task<N>` ogbench uses the
-domain's default task (task 2 for every manipulation domain).
+domain's default task, set in the env's `set_tasks`: task 2 for cube-* and scene, task 4 for
+puzzle-3x3 (`effective_task_id` returns the number, `ogbench_metadata` records it).
 
-Files: `<dataset_dir>/<dataset>.npz` and `<dataset>-val.npz` (default dir `~/.ogbench/data`), as
-written by OGBench's `data_gen_scripts/generate_manipspace.py` or by our `envs.generate_dataset`.
-Each file stores whole trajectories row by row (keys `observations, actions, terminals, qpos,
-qvel` and, for scene and puzzle, `button_states`); `terminals` is 1 on the last row of each
-trajectory. Loading (`load_ogbench_dataset`) turns this into transitions the way
+Files: `<dataset_dir>/<dataset>.npz` (default dir `~/.ogbench/data`) and, optionally, its companion
+`<dataset>-val.npz` (nothing in training reads it; `envs.env_utils.make_env_and_datasets` loads it only
+with `load_val=True`), as written by OGBench's `data_gen_scripts/generate_manipspace.py` or by our
+`envs.generate_dataset`. Each file stores whole trajectories row by row (keys `observations, actions,
+terminals, qpos, qvel` and, for scene and puzzle, `button_states`); `terminals` is 1 on the last row of
+each trajectory; `qpos`/`qvel`/`button_states` of a row are the simulator state its observation was
+computed from. Loading (`load_ogbench_dataset`) turns this into transitions the way
 `ogbench.utils.load_dataset(compact_dataset=False)` does:
 
                           |<--- traj 1 --->|  |<--- traj 2 --->|
@@ -23,17 +26,26 @@ trajectory. Loading (`load_ogbench_dataset`) turns this into transitions the way
     loaded  observations      [s0, s1, s2, s3,     s0, s1, s2, s3]
             next_obs          [s1, s2, s3, s4,     s1, s2, s3, s4]
             terminals         [ 0,  0,  0,  1,      0,  0,  0,  1]
+            rewards/masks of  [s1, s2, s3, s4,     s1, s2, s3, s4]   success_timing='post'
+                              [s0, s1, s2, s3,     s0, s1, s2, s3]   success_timing='pre'
 
 then relabels `rewards` and `masks` for the env's task with `ogbench.relabel_utils.relabel_dataset`
-from the stored simulator state of each row (`qpos`, `qvel`, `button_states` of s_t), and clips
-actions to [-1 + eps, 1 - eps].
+from the stored simulator state of the row the success timing names (see below), and clips actions
+to [-1 + eps, 1 - eps].
 
-Reward timing (ogbench 1.2.2, `ogbench/manipspace/__init__.py` and `envs/manipspace_env.py`):
-every `*-singletask*` env is registered with `success_timing='pre'`, so `env.step(a_t)` returns the
-reward, `info['success']` and `terminated` of the state s_t *before* the action. The relabelled
-`rewards[t]` and `masks[t] = 1 - success(s_t)` are computed from the same pre-step state, so offline
-and online rewards agree. ogbench 1.1.2 (the reference's pin) computed them after the step
-(post-step), one step later. `ogbench_metadata()` records the version and the timing of a run.
+Success timing (`success_timing`, 'post' or 'pre'; ogbench's `ManipSpaceEnv.step`). With 'post',
+`env.step(a_t)` returns the reward, `info['success']` and `terminated` of the state s_{t+1} *after* the
+action; with 'pre', of the state s_t *before* it (the reward is computed from the simulator state
+before the action, success/terminated are the flag the previous step left, False right after a reset).
+ogbench 1.1.2 (what the paper ran) computed them post-step; ogbench >= 1.2.0 registers every
+`*-singletask*` env with 'pre'. We pass the timing explicitly, default 'post' (the paper's), and the
+offline relabelling follows it, so that a stored transition (s_t, a_t, s_{t+1}) gets the reward and
+mask the env returns online for it: 'post' from s_{t+1} (the next stored row of the same trajectory,
+the state `next_observations[t]` belongs to), 'pre' from s_t. (`ogbench.make_env_and_datasets`
+relabels from s_t whatever the timing, so under 1.1.2 its offline rewards were one step earlier than
+the online ones.)
+`masks[t] = 1 - success` of that state; `terminals` mark trajectory ends only. `ogbench_metadata()`
+records the ogbench version, the timing and the task id of a run.
 
 Nothing here downloads: ogbench's own `make_env_and_datasets`/`download_datasets` are never called.
 A missing file raises `FileNotFoundError` with the `envs.generate_dataset` command that creates it.
@@ -47,6 +59,7 @@ import glob
 import importlib.metadata
 import os
 import re
+import shlex
 import zipfile
 import zlib
 
@@ -68,6 +81,18 @@ TRAJECTORY_KEYS = ('observations', 'actions', 'terminals', 'qpos', 'qvel')
 BUTTON_DOMAINS = ('scene', 'puzzle-3x3')
 # Keys checked for NaN/inf when a file is read.
 FINITE_KEYS = ('observations', 'actions', 'qpos', 'qvel')
+# When env.step(a_t) computes reward/success/terminated: of s_{t+1} ('post', ogbench 1.1.2 and the paper)
+# or of s_t ('pre', ogbench >= 1.2.0's singletask registrations). See the module docstring.
+SUCCESS_TIMINGS = ('post', 'pre')
+# Published episode counts of the OGBench 'play'/'noisy' datasets (train file; val adds 10%).
+PUBLISHED_NUM_EPISODES = {
+    'cube-single': 1000,
+    'cube-double': 1000,
+    'cube-triple': 3000,
+    'cube-quadruple': 5000,
+    'scene': 1000,
+    'puzzle-3x3': 1000,
+}
 
 _DOMAIN_RE = '|'.join(re.escape(d) for d in DOMAINS)
 _TYPE_RE = '|'.join(DATASET_TYPES)
@@ -152,6 +177,52 @@ def _parse_env_name(env_name: str) -> OGBenchName:
     return parsed
 
 
+def resolve_dataset_name(env_name: str, dataset_type: str | None = None) -> OGBenchName:
+    """The dataset to generate for a dataset name, a training env name or a `<domain>-v0` id.
+
+    Args:
+        env_name: e.g. 'cube-single-play-v0', 'cube-single-play-singletask-task1-v0' or 'cube-single-v0'.
+        dataset_type: 'play' or 'noisy'; default: the one in the name, else 'play'.
+
+    Returns:
+        `OGBenchName` with `domain` and `dataset_type` set (task_id None).
+
+    Raises:
+        ValueError: unknown name or type, or a type that contradicts the name.
+    """
+    name = parse_ogbench_name(env_name)
+    if name is None:
+        raise ValueError(
+            f'Cannot generate a dataset for {env_name!r}: expected <domain>-<type>-v0 (e.g. '
+            f'cube-single-play-v0), a training env name, or <domain>-v0 with --dataset_type; '
+            f'domains {sorted(PUBLISHED_NUM_EPISODES)}, types {DATASET_TYPES}.'
+        )
+    if dataset_type is not None and dataset_type not in DATASET_TYPES:
+        raise ValueError(f'dataset_type must be one of {DATASET_TYPES}, got {dataset_type!r}.')
+    if name.dataset_type is not None and dataset_type is not None and dataset_type != name.dataset_type:
+        raise ValueError(
+            f'{env_name!r} names a {name.dataset_type!r} dataset but dataset_type={dataset_type!r}.'
+        )
+    return OGBenchName(name.domain, name.dataset_type or dataset_type or 'play')
+
+
+def generator_command(env_name: str, save_path: str | None = None, num_episodes: int | None = None) -> str:
+    """The shell command that generates the dataset of `env_name` (for error messages and the README).
+
+    Args:
+        env_name: training env name, dataset name, or `<domain>-v0`.
+        save_path: where the file should go; default `~/.ogbench/data/<dataset>.npz` (expanded).
+        num_episodes: default: the published count for the domain.
+    """
+    name = resolve_dataset_name(env_name)
+    num_episodes = num_episodes or PUBLISHED_NUM_EPISODES[name.domain]
+    save_path = save_path or default_dataset_path(name.dataset_name)
+    return (
+        f'python -m envs.generate_dataset --env_name={name.dataset_name} '
+        f'--num_episodes={num_episodes} --seed=0 --save_path={shlex.quote(save_path)}'
+    )
+
+
 def default_dataset_path(dataset_name: str, dataset_dir: str | None = None) -> str:
     """`<dataset_dir or ~/.ogbench/data>/<dataset_name>.npz`, user-expanded."""
     return os.path.join(os.path.expanduser(dataset_dir or DEFAULT_DATASET_DIR), f'{dataset_name}.npz')
@@ -163,49 +234,83 @@ def val_path_for(path: str) -> str:
     return f'{root}-val{ext or ".npz"}'
 
 
-def ogbench_metadata(env_name: str | None = None) -> dict:
-    """Version of ogbench in use and when its single-task envs compute reward and success.
+def check_success_timing(success_timing: str) -> str:
+    """Return `success_timing` if it is 'post' or 'pre'.
 
-    Args:
-        env_name: training env name to read the timing from (its registered `success_timing`);
-            default: cube-single task 1 (all singletask envs share one setting).
-
-    Returns:
-        {'ogbench_version': e.g. '1.2.2', 'reward_timing': 'pre-step' or 'post-step'}. 'pre-step':
-        the reward/success returned by step(a_t) are those of s_t (ogbench >= 1.2 singletask
-        registrations); 'post-step': of s_{t+1} (ogbench 1.1.x, and the base-class default).
+    Raises:
+        ValueError: any other value (the message names `--success_timing` and the accepted values).
     """
-    env_id = _parse_env_name(env_name).env_id if env_name else 'cube-single-singletask-task1-v0'
-    timing = gymnasium.spec(env_id).kwargs.get('success_timing', 'post')
-    return {
-        'ogbench_version': importlib.metadata.version('ogbench'),
-        'reward_timing': {'pre': 'pre-step', 'post': 'post-step'}[timing],
-    }
+    if success_timing not in SUCCESS_TIMINGS:
+        raise ValueError(
+            f'--success_timing must be one of {", ".join(repr(t) for t in SUCCESS_TIMINGS)}, got {success_timing!r}.'
+        )
+    return success_timing
 
 
-def make_ogbench_env(env_name: str, **env_kwargs) -> gymnasium.Env:
-    """Create the single-task env for a training env name (what ogbench's `env_only=True` returns).
+def effective_task_id(env_name: str) -> int:
+    """The task a training env runs: N for `...-singletask-taskN-v0`, else the domain's default task.
 
-    Args:
-        env_name: e.g. 'cube-double-play-singletask-task2-v0'.
-        **env_kwargs: passed to `gymnasium.make` (e.g. `success_timing='post'`, `max_episode_steps`).
+    The default is ogbench's own (set by the env's `set_tasks`, e.g. 4 for puzzle-3x3, 2 for cube-* and
+    scene), read from an env instance, not assumed.
 
     Raises:
         ValueError: unsupported name.
     """
-    return gymnasium.make(_parse_env_name(env_name).env_id, **env_kwargs)
+    name = _parse_env_name(env_name)
+    if name.task_id is not None:
+        return name.task_id
+    return int(_relabel_env(name.env_id).unwrapped._reward_task_id)
+
+
+def ogbench_metadata(env_name: str, success_timing: str = 'post') -> dict:
+    """Version of ogbench in use, the success timing a run uses and the task it runs.
+
+    Args:
+        env_name: training env name, e.g. 'cube-double-play-singletask-task2-v0'.
+        success_timing: 'post' or 'pre', as passed to `make_ogbench_env` and `load_ogbench_dataset`.
+
+    Returns:
+        {'ogbench_version': e.g. '1.2.2', 'success_timing': 'post' or 'pre', 'reward_timing': 'post-step'
+        or 'pre-step', 'task_id': int}. 'post-step': the reward/success returned by step(a_t) are those of
+        s_{t+1} (ogbench 1.1.x, the paper); 'pre-step': of s_t (ogbench >= 1.2 singletask registrations).
+
+    Raises:
+        ValueError: unsupported name or timing.
+    """
+    check_success_timing(success_timing)
+    return {
+        'ogbench_version': importlib.metadata.version('ogbench'),
+        'success_timing': success_timing,
+        'reward_timing': f'{success_timing}-step',
+        'task_id': effective_task_id(env_name),
+    }
+
+
+def make_ogbench_env(env_name: str, success_timing: str = 'post', **env_kwargs) -> gymnasium.Env:
+    """Create the single-task env for a training env name (what ogbench's `env_only=True` returns).
+
+    Args:
+        env_name: e.g. 'cube-double-play-singletask-task2-v0'.
+        success_timing: 'post' (reward, success and terminated of the state after the action; the paper,
+            ogbench 1.1.2) or 'pre' (of the state before it; ogbench >= 1.2's registered default).
+        **env_kwargs: passed to `gymnasium.make` (e.g. `max_episode_steps`).
+
+    Raises:
+        ValueError: unsupported name or timing.
+    """
+    env_id = _parse_env_name(env_name).env_id
+    return gymnasium.make(env_id, success_timing=check_success_timing(success_timing), **env_kwargs)
 
 
 @functools.lru_cache(maxsize=None)
 def _relabel_env(env_id: str) -> gymnasium.Env:
     # A private env per task for relabelling: `relabel_dataset` resets the env it is given, which must
-    # never be the env a driver is in the middle of an episode with (e.g. when swapping shards).
+    # never be the env a driver is in the middle of an episode with (e.g. when swapping shards). It only
+    # supplies the task's targets, so its success timing does not matter.
     return gymnasium.make(env_id)
 
 
 def _missing_file_error(path: str, dataset_name: str) -> FileNotFoundError:
-    from envs.generate_dataset import generator_command  # noqa: PLC0415  (avoids an import cycle)
-
     return FileNotFoundError(
         f'OGBench dataset file not found: {path}\n'
         f'There is no network here, so it cannot be downloaded; generate it locally with:\n'
@@ -215,8 +320,6 @@ def _missing_file_error(path: str, dataset_name: str) -> FileNotFoundError:
 
 def _read_trajectories(path: str, dataset_name: str, needs_buttons: bool) -> dict[str, np.ndarray]:
     """Read and check the stored trajectory arrays of one npz file (see the module docstring)."""
-    from envs.generate_dataset import generator_command  # noqa: PLC0415
-
     if not os.path.isfile(path):
         raise _missing_file_error(path, dataset_name)
     regenerate = f'Delete it and regenerate with:\n  {generator_command(dataset_name, save_path=path)}'
@@ -280,6 +383,7 @@ def load_ogbench_dataset(
     env_name: str,
     action_clip_eps: float | None = 1e-5,
     keep_info: bool = False,
+    success_timing: str = 'pre',
 ) -> dict[str, np.ndarray]:
     """Load one OGBench npz file as relabelled transitions for the task of `env_name`.
 
@@ -294,20 +398,24 @@ def load_ogbench_dataset(
             The env used for relabelling is a private one, never the caller's (relabelling resets it).
         action_clip_eps: actions are clipped to [-1 + eps, 1 - eps]; None keeps them as stored.
         keep_info: keep the simulator-state keys `qpos`, `qvel` (and `button_states`) of s_t.
+        success_timing: rewards and masks of transition t are those of s_t ('pre', the default: what
+            ogbench's own loader does in every version, so the data of the paper's runs) or of s_{t+1}
+            ('post'), which is what `env.step(a_t)` returns for it under the same env timing.
 
     Returns:
         dict of float32 arrays with T = stored rows - number of trajectories:
         observations (T, ob_dim), actions (T, 5), next_observations (T, ob_dim),
         rewards (T,) (= number of satisfied task conditions - number of conditions, <= 0),
-        masks (T,) (0 where s_t solves the task, else 1), terminals (T,) (1 on the last transition of
-        each trajectory); with keep_info also qpos (T, nq), qvel (T, nv) [, button_states (T, n)].
+        masks (T,) (0 where that state solves the task, else 1), terminals (T,) (1 on the last transition
+        of each trajectory); with keep_info also qpos (T, nq), qvel (T, nv) [, button_states (T, n)].
 
     Raises:
         FileNotFoundError: no file at `path` (the message gives the generator command).
-        ValueError: unsupported env name; unreadable/truncated file; missing key; mismatched lengths;
-            NaN/inf in observations, actions, qpos or qvel; terminals not 0/1 or not ending in 1.
+        ValueError: unsupported env name or timing; unreadable/truncated file; missing key; mismatched
+            lengths; NaN/inf in observations, actions, qpos or qvel; terminals not 0/1 or not ending in 1.
     """
     name = _parse_env_name(env_name)
+    check_success_timing(success_timing)
     arrays = _read_trajectories(path, name.dataset_name, name.has_button_states)
 
     ends = arrays['terminals'].astype(bool)
@@ -322,7 +430,12 @@ def load_ogbench_dataset(
     for k in info_keys:
         dataset[k] = arrays[k][starts]
 
-    relabel_dataset(name.env_id, _relabel_env(name.env_id), dataset)  # adds 'rewards', 'masks' (float32)
+    # The state whose reward/success step(a_t) returns: s_{t+1} (post) or s_t (pre). `starts + 1` stays in
+    # the trajectory, since a start row is never a trajectory's last row.
+    rows = starts + 1 if success_timing == 'post' else starts
+    states = {k: arrays[k][rows] for k in info_keys}
+    relabel_dataset(name.env_id, _relabel_env(name.env_id), states)  # adds 'rewards', 'masks' (float32)
+    dataset['rewards'], dataset['masks'] = states['rewards'], states['masks']
 
     if action_clip_eps is not None:
         dataset['actions'] = np.clip(dataset['actions'], -1 + action_clip_eps, 1 - action_clip_eps)
@@ -358,41 +471,38 @@ def list_dataset_shards(dataset_dir: str, dataset_name: str | None = None) -> li
     return shards
 
 
-def resolve_dataset_paths(
-    env_name: str, dataset_path: str | None = None, dataset_dir: str | None = None
-) -> tuple[list[str], str | None]:
-    """Pick the training file(s) and the validation file (or None) for an env.
+def resolve_dataset_paths(env_name: str, dataset_path: str | None = None, dataset_dir: str | None = None) -> list[str]:
+    """Pick the training file(s) for an env; the `-val` file is never required (`existing_val_path`).
 
-    Order: an explicit `dataset_path` (val `<stem>-val.npz` next to it if present); else
-    `<dataset_dir>/<dataset>.npz` (val required) if it exists; else the shards in `dataset_dir`
-    (`list_dataset_shards`; val `<first shard stem>-val.npz` if present); else
-    `~/.ogbench/data/<dataset>.npz` (val required) when no `dataset_dir` was given.
+    Order: an explicit `dataset_path`; else `<dataset_dir>/<dataset>.npz` if it exists; else the shards
+    in `dataset_dir` (`list_dataset_shards`); else `~/.ogbench/data/<dataset>.npz` when no `dataset_dir`
+    was given.
 
     Returns:
-        (train_paths, val_path): one path, or every shard in cycling order.
+        One path, or every shard in cycling order.
 
     Raises:
-        FileNotFoundError: the chosen file or its required val file is missing (message names the
-            file and the generator command), or `dataset_dir` holds neither layout.
+        FileNotFoundError: the chosen training file is missing (message names the file and the generator
+            command), or `dataset_dir` holds neither layout.
         ValueError: unsupported env name.
     """
     dataset_name = _parse_env_name(env_name).dataset_name
     if dataset_path is not None:
-        path = os.path.expanduser(dataset_path)
-        if not os.path.isfile(path):
-            raise _missing_file_error(path, dataset_name)
-        val = val_path_for(path)
-        return [path], (val if os.path.isfile(val) else None)
-    path = default_dataset_path(dataset_name, dataset_dir)
-    in_dir = dataset_dir is not None and os.path.isdir(os.path.expanduser(dataset_dir))
-    if in_dir and not os.path.isfile(path):
-        try:
-            shards = list_dataset_shards(dataset_dir, dataset_name)
-        except FileNotFoundError:
-            raise _missing_file_error(path, dataset_name) from None
-        val = val_path_for(shards[0])
-        return shards, (val if os.path.isfile(val) else None)
-    for p in (path, val_path_for(path)):
-        if not os.path.isfile(p):
-            raise _missing_file_error(p, dataset_name)
-    return [path], val_path_for(path)
+        paths = [os.path.expanduser(dataset_path)]
+    else:
+        path = default_dataset_path(dataset_name, dataset_dir)
+        paths = [path]
+        if dataset_dir is not None and os.path.isdir(os.path.expanduser(dataset_dir)) and not os.path.isfile(path):
+            try:
+                paths = list_dataset_shards(dataset_dir, dataset_name)
+            except FileNotFoundError:
+                raise _missing_file_error(path, dataset_name) from None
+    if not os.path.isfile(paths[0]):
+        raise _missing_file_error(paths[0], dataset_name)
+    return paths
+
+
+def existing_val_path(train_paths: list[str]) -> str | None:
+    """The validation file `<stem>-val.npz` of the (first) training file if it exists, else None."""
+    val = val_path_for(train_paths[0])
+    return val if os.path.isfile(val) else None

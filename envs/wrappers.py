@@ -32,7 +32,6 @@ class EpisodeMonitor(gymnasium.Wrapper):
     def __init__(self, env: gymnasium.Env, filter_regexes: Sequence[str] = ()):
         super().__init__(env)
         self._filters = [re.compile(r) for r in filter_regexes]
-        self.total_timesteps = 0
         self._reset_stats()
 
     def _reset_stats(self):
@@ -59,7 +58,6 @@ class EpisodeMonitor(gymnasium.Wrapper):
         info = self._filter(info)
         self._return += float(reward)
         self._length += 1
-        self.total_timesteps += 1
         if terminated or truncated:
             info['episode'] = {
                 'return': self._return,

@@ -10,8 +10,7 @@ import pytest
 
 from evaluation import ActionQueue, evaluate
 from log_utils import CsvLogger
-from utils.datasets import Dataset, ReplayBuffer
-from utils.run_utils import (
+from run_utils import (
     OnlineCollector,
     mixed_batch_sizes,
     sample_mixed_batch,
@@ -19,6 +18,7 @@ from utils.run_utils import (
     should_save,
     stack_for_utd,
 )
+from utils.datasets import Dataset, ReplayBuffer
 
 
 class CountingEnv(gym.Env):
@@ -90,8 +90,8 @@ def test_online_collector_queue_and_transitions(h):
                    next_observations=np.zeros(2, np.float32))
     buffer = ReplayBuffer.create(example, size=100)
     sparse = lambda r: -(np.asarray(r) != 0).astype(np.float32) * 2.0  # marks that the transform ran
-    collector = OnlineCollector(env, lambda: agent, A, sparse, rng=jax.random.PRNGKey(0), seed=0)
-    finished = [collector.step(buffer) for _ in range(steps)]
+    collector = OnlineCollector(env, A, sparse, rng=jax.random.PRNGKey(0), reset_seed=0)
+    finished = [collector.step(agent, buffer) for _ in range(steps)]
     assert sum(f is not None for f in finished) == steps // T
     assert agent.calls == (steps // T) * math.ceil(T / h)
     assert buffer.size == steps
@@ -147,8 +147,9 @@ def _constant_dataset(value, n=50):
 @pytest.mark.parametrize("ratio,expected", [(0.25, (63, 192)), (0.5, (127, 128)), (0.0, (0, 255)), (1.0, (255, 0))])
 def test_mixed_batch_composition(ratio, expected):
     assert mixed_batch_sizes(255, ratio) == expected
-    batch = sample_mixed_batch(_constant_dataset(1.0), _constant_dataset(-1.0), batch_size=255, utd_ratio=3,
-                               offline_ratio=ratio, sequence_length=4, discount=0.99)
+    config = {"batch_size": 255, "horizon_length": 4, "discount": 0.99}
+    batch = sample_mixed_batch(_constant_dataset(1.0), _constant_dataset(-1.0), config, utd_ratio=3,
+                               offline_ratio=ratio)
     assert batch["observations"].shape == (3, 255, 3)
     assert batch["actions"].shape == (3, 255, 4, 2)
     for u in range(3):  # every UTD slice has the exact split, offline rows first

@@ -1,7 +1,9 @@
-"""Env names, the EpisodeMonitor wrapper, warnings, metadata and shard listing (no dataset generation)."""
+"""Env names, default tasks, success timing, the EpisodeMonitor wrapper, warnings, metadata and shard listing.
+
+No dataset generation here: the timing test writes its own three-row trajectory.
+"""
 
 import importlib.metadata
-import importlib.util
 import logging
 
 import gymnasium
@@ -43,17 +45,108 @@ def test_which_names_are_training_envs():
         parse_ogbench_name('cube-double-play-singletask-task6-v0')
 
 
-def test_default_task_env_and_timing():
-    env = ogbench_utils.make_ogbench_env('cube-double-play-singletask-v0')
+# ogbench's default task per domain (`set_tasks` of cube_env.py, scene_env.py, puzzle_env.py).
+DEFAULT_TASKS = {'cube-single': 2, 'cube-double': 2, 'cube-triple': 2, 'cube-quadruple': 2, 'scene': 2,
+                 'puzzle-3x3': 4}
+
+
+def test_default_task_of_every_domain_is_the_one_that_runs():
+    assert set(DEFAULT_TASKS) == set(ogbench_utils.DOMAINS)
+    for domain, expected in DEFAULT_TASKS.items():
+        name = f'{domain}-play-singletask-v0'
+        assert gymnasium.spec(ogbench_utils.parse_ogbench_name(name).env_id).kwargs['reward_task_id'] == 0
+        assert ogbench_utils.effective_task_id(name) == expected, domain
+        assert ogbench_utils.ogbench_metadata(name)['task_id'] == expected
+    env = ogbench_utils.make_ogbench_env('puzzle-3x3-play-singletask-v0')  # the one whose default is not 2
     env.reset(seed=0)
-    assert env.unwrapped._reward_task_id == 2  # ogbench's default task
-    assert env.unwrapped._success_timing == 'pre'
+    assert env.unwrapped.cur_task_id == 4
+    env.close()
+    assert ogbench_utils.effective_task_id('puzzle-3x3-noisy-singletask-task1-v0') == 1
+    assert env_utils.run_metadata('scene-play-singletask-task5-v0')['task_id'] == 5
+
+
+@pytest.mark.parametrize('timing', ['post', 'pre'])
+def test_metadata_and_env_record_the_timing_that_runs(timing):
+    env = ogbench_utils.make_ogbench_env('cube-double-play-singletask-v0', success_timing=timing)
+    assert env.unwrapped._success_timing == timing
     assert env.spec.max_episode_steps == 500
     env.close()
-    meta = ogbench_utils.ogbench_metadata()
-    assert meta == {'ogbench_version': importlib.metadata.version('ogbench'), 'reward_timing': 'pre-step'}
-    assert env_utils.run_metadata('scene-play-singletask-task1-v0') == meta
-    assert env_utils.run_metadata('unknown-env') == {}
+    meta = {'ogbench_version': importlib.metadata.version('ogbench'), 'success_timing': timing,
+            'reward_timing': f'{timing}-step', 'task_id': 2}
+    assert ogbench_utils.ogbench_metadata('cube-double-play-singletask-v0', timing) == meta
+    assert env_utils.run_metadata('scene-play-singletask-task2-v0', timing) == meta
+    assert env_utils.run_metadata('unknown-env', timing) == {}
+    assert 'success_timing' not in env_utils.run_metadata('lift-mh-low_dim', timing)  # robomimic: no setting
+
+
+def test_defaults_are_post_step_and_bad_timings_are_refused(tmp_path):
+    env = ogbench_utils.make_ogbench_env('cube-single-play-singletask-task1-v0')
+    assert env.unwrapped._success_timing == 'post'  # the paper's (ogbench 1.1.2), not ogbench 1.2's 'pre'
+    env.close()
+    assert env_utils.run_metadata('cube-single-play-singletask-task1-v0')['reward_timing'] == 'post-step'
+    message = "--success_timing must be one of 'post', 'pre', got 'after'"
+    name = 'cube-single-play-singletask-task1-v0'
+    for call in (lambda: ogbench_utils.make_ogbench_env(name, 'after'),
+                 lambda: ogbench_utils.ogbench_metadata(name, 'after'),
+                 lambda: env_utils.run_metadata('lift-mh-low_dim', 'after'),
+                 lambda: env_utils.make_env_and_datasets(name, success_timing='after'),
+                 lambda: env_utils.load_dataset_shard(str(tmp_path / 'x.npz'), name, success_timing='after')):
+        with pytest.raises(ValueError, match=message):
+            call()
+
+
+def _cube_success(qpos, goal):
+    """cube-single: the task is solved when the cube is within 4 cm of the goal."""
+    return bool(np.linalg.norm(np.asarray(qpos)[14:17] - goal) <= 0.04)
+
+
+@pytest.mark.parametrize('timing', ['post', 'pre'])
+def test_env_and_offline_relabelling_share_the_success_timing(timing, tmp_path):
+    """A cube thrown through its goal: s0 outside, s1 inside, s2 outside the 4 cm tolerance.
+
+    Each step crosses the threshold, so a step returns a different reward and success depending on
+    whether they are those of the state before or after it. The loaded dataset of this very trajectory
+    must give each transition the reward and mask the env returned for it.
+    """
+    env_name = 'cube-single-play-singletask-task1-v0'
+    env = ogbench_utils.make_ogbench_env(env_name, success_timing=timing)
+    ob, _ = env.reset(seed=0)
+    u = env.unwrapped
+    goal = u._data.mocap_pos[0].copy()  # task 1: (0.425, -0.1, 0.02)
+    qpos, qvel = u._data.qpos.copy(), u._data.qvel.copy()
+    qpos[14:21] = [*(goal + [-0.05, 0.0, 0.01]), 1.0, 0.0, 0.0, 0.0]  # 5.1 cm from the goal, upright
+    qvel[14:20] = [1.0, 0.0, 0.5, 0.0, 0.0, 0.0]  # flying along +x and up, far below the arm
+    u.set_state(qpos, qvel)
+    ob = u.compute_observation()
+    assert not u._success  # the flag a 'pre' step reports for s0 (reset left it False; s0 is no success)
+
+    rows = {k: [] for k in ('observations', 'actions', 'terminals', 'qpos', 'qvel')}
+    online = []
+    for _ in range(2):
+        action = np.zeros(5)
+        next_ob, reward, terminated, _, info = env.step(action)
+        online.append((reward, bool(info['success']), terminated))
+        for k, v in zip(rows, (ob, action, False, info['prev_qpos'], info['prev_qvel']), strict=True):
+            rows[k].append(v)
+        ob = next_ob
+    for k, v in zip(rows, (ob, np.zeros(5), True, info['qpos'], info['qvel']), strict=True):
+        rows[k].append(v)  # s2: the trajectory's last row
+    env.close()
+
+    successes = [_cube_success(q, goal) for q in rows['qpos']]
+    assert successes == [False, True, False]
+    state_of_step = [1, 2] if timing == 'post' else [0, 1]  # the state whose reward step t returns
+    expected = [(0.0 if successes[i] else -1.0, successes[i], successes[i]) for i in state_of_step]
+    assert online == expected  # terminated = success (terminate_at_goal)
+
+    path = str(tmp_path / 'cube-single-play-v0.npz')
+    np.savez(path, **{k: np.asarray(v, dtype=bool if k == 'terminals' else np.float32) for k, v in rows.items()})
+    data = ogbench_utils.load_ogbench_dataset(path, env_name, success_timing=timing)
+    np.testing.assert_array_equal(data['rewards'], [r for r, _, _ in online])
+    np.testing.assert_array_equal(data['masks'], [1.0 - s for _, s, _ in online])
+    np.testing.assert_array_equal(data['terminals'], [0.0, 1.0])  # trajectory ends, whatever the timing
+    shard = env_utils.load_dataset_shard(path, env_name, sparse=True, success_timing=timing)
+    np.testing.assert_array_equal(shard['rewards'], data['rewards'])  # already 0/-1
 
 
 class _ProbeEnv(gymnasium.Env):
@@ -86,7 +179,6 @@ def test_episode_monitor_statistics_and_filters():
         assert set(info) == {'success', 'qpos', 'episode'}
         assert info['episode']['return'] == -2.0 and info['episode']['length'] == 3
         assert info['episode']['duration'] >= 0.0
-    assert env.total_timesteps == 6
     unfiltered = EpisodeMonitor(_ProbeEnv())
     unfiltered.reset()
     assert 'proprio/joint_pos' in unfiltered.step(np.zeros(1))[-1]
@@ -146,16 +238,7 @@ def test_val_path_and_default_path(monkeypatch, tmp_path):
     assert ogbench_utils.default_dataset_path('scene-play-v0', '/x') == '/x/scene-play-v0.npz'
 
 
-@pytest.mark.skipif(importlib.util.find_spec('envs.robomimic_utils') is not None,
-                    reason='robomimic backend present; its own tests cover the hook')
-def test_robomimic_hook_without_backend():
-    assert not env_utils.is_robomimic_env('lift-mh-low_dim')
-    with pytest.raises(ValueError, match="Unknown environment 'lift-mh-low_dim'"):
-        env_utils.make_env_and_datasets('lift-mh-low_dim')
-
-
-def test_result_unpacks_as_four_tuple():
+def test_result_defaults():
     out = env_utils.EnvAndDatasets(env='e', eval_env='v', train_dataset={'a': 1}, val_dataset=None)
-    env, eval_env, train, val = out
-    assert (env, eval_env, train, val) == ('e', 'v', {'a': 1}, None)
-    assert out.next_shard is None and out.reward_fn(-2.0) == -2.0
+    assert (out.env, out.eval_env, out.train_dataset, out.val_dataset) == ('e', 'v', {'a': 1}, None)
+    assert out.next_shard is None and out.reward_fn(-2.0) == -2.0 and out.metadata == {}

@@ -1,11 +1,11 @@
 """The local OGBench dataset generator and loading its files (short episodes; nothing touches ~/.ogbench).
 
-Reward timing checked here: ogbench 1.2.2 registers every singletask env with
-`success_timing='pre'`, so `env.step(a_t)` returns the reward and success of the state s_t it
-starts from. The relabelled `rewards[t]`/`masks[t]` of the loaded data are computed from the stored
-simulator state of s_t, so we put the env in that state (`set_state` + the env's own
-`pre_step`/`post_step` refresh, as `initialize_episode` does) and compare with what `step(a_t)`
-reports.
+Reward timing checked here: with `success_timing='pre'` (ogbench 1.2's registered default)
+`env.step(a_t)` returns the reward and success of the state s_t it starts from, with 'post' (ours, the
+paper's) those of s_{t+1}. The relabelled `rewards[t]`/`masks[t]` of the loaded data come from the stored
+simulator state of s_t or s_{t+1} accordingly, so we put the env in that state (`set_state` + the env's
+own `pre_step`/`post_step` refresh, as `initialize_episode` does) and compare with what the env computes
+there. tests/test_envs.py checks the same end to end on a real two-step trajectory.
 """
 
 import os
@@ -20,7 +20,8 @@ from ogbench.relabel_utils import relabel_dataset
 
 from envs import env_utils, ogbench_utils
 from envs.env_utils import make_env_and_datasets, sparse_reward_transform
-from envs.generate_dataset import generate_dataset, generator_command
+from envs.generate_dataset import generate_dataset
+from envs.ogbench_utils import generator_command
 
 STEPS = 50  # rows per generated episode
 CUBE_ENV = 'cube-single-play-singletask-task1-v0'
@@ -135,7 +136,8 @@ def test_generator_command():
 
 
 def test_loaded_transitions_shift_clip_and_relabel(cube_file):
-    env, eval_env, train, val = make_env_and_datasets(CUBE_ENV, dataset_path=cube_file)
+    out = make_env_and_datasets(CUBE_ENV, dataset_path=cube_file, load_val=True)
+    train, val = out.train_dataset, out.val_dataset
     stored = _stored(cube_file)
     assert sorted(train) == ['actions', 'masks', 'next_observations', 'observations', 'rewards', 'terminals']
     assert all(v.dtype == np.float32 for v in train.values())
@@ -155,26 +157,38 @@ def test_loaded_transitions_shift_clip_and_relabel(cube_file):
     # cube-single: reward 0 when the cube is within 4 cm of the task goal, else -1.
     assert set(np.unique(train['rewards'])) <= {-1.0, 0.0}
     np.testing.assert_array_equal(train['masks'], -train['rewards'])  # mask 0 exactly on success
-    env.close()
-    eval_env.close()
+    out.env.close()
+    out.eval_env.close()
 
 
 def test_loader_matches_ogbench_reference_loader(puzzle_file):
-    ours = ogbench_utils.load_ogbench_dataset(puzzle_file, PUZZLE_ENV, action_clip_eps=None)
+    # ogbench's loader relabels from s_t: our 'pre' timing.
+    ours = ogbench_utils.load_ogbench_dataset(puzzle_file, PUZZLE_ENV, action_clip_eps=None, success_timing='pre')
     ref = ogbench.utils.load_dataset(puzzle_file, compact_dataset=False, add_info=True)
-    relabel_dataset(ogbench_utils.parse_ogbench_name(PUZZLE_ENV).env_id,
-                    ogbench_utils.make_ogbench_env(PUZZLE_ENV), ref)
+    env_id = ogbench_utils.parse_ogbench_name(PUZZLE_ENV).env_id
+    relabel_dataset(env_id, ogbench_utils.make_ogbench_env(PUZZLE_ENV), ref)
     for k in ours:
         np.testing.assert_array_equal(ours[k], ref[k], err_msg=k)
     assert len(np.unique(ours['rewards'])) > 1  # button rewards are informative (-9..0)
 
+    # 'post': everything the same except rewards/masks, which are those of the next stored row.
+    post = ogbench_utils.load_ogbench_dataset(puzzle_file, PUZZLE_ENV, action_clip_eps=None)
+    stored = _stored(puzzle_file)
+    keep = np.flatnonzero(~stored['terminals'])
+    nxt = {'qpos': stored['qpos'][keep + 1], 'button_states': stored['button_states'][keep + 1]}
+    relabel_dataset(env_id, ogbench_utils.make_ogbench_env(PUZZLE_ENV), nxt)
+    for k in post:
+        np.testing.assert_array_equal(post[k], nxt[k] if k in ('rewards', 'masks') else ours[k], err_msg=k)
+    np.testing.assert_array_equal(post['rewards'][:-1], ours['rewards'][1:])  # one trajectory: a shift by one
+    assert not np.array_equal(post['rewards'], ours['rewards'])
 
+
+@pytest.mark.parametrize('timing', ['post', 'pre'])
 @pytest.mark.parametrize('env_name, file_fixture', [(CUBE_ENV, 'cube_file'), (PUZZLE_ENV, 'puzzle_file')])
-def test_relabelled_rewards_match_what_the_env_reports(env_name, file_fixture, request, tmp_path):
+def test_relabelled_rewards_match_what_the_env_reports(env_name, file_fixture, timing, request, tmp_path):
     path = request.getfixturevalue(file_fixture)
     name = ogbench_utils.parse_ogbench_name(env_name)
-    assert ogbench_utils.ogbench_metadata(env_name)['reward_timing'] == 'pre-step'
-    env = ogbench_utils.make_ogbench_env(env_name)
+    env = ogbench_utils.make_ogbench_env(env_name, success_timing=timing)
     env.reset(seed=0)
     u = env.unwrapped
     # Put every third row in the task's goal state, so success states are compared too.
@@ -185,21 +199,30 @@ def test_relabelled_rewards_match_what_the_env_reports(env_name, file_fixture, r
         stored['qpos'][::3, 14:17] = u._data.mocap_pos[0]
     path = str(tmp_path / 'with_successes.npz')
     np.savez(path, **stored)
-    data = ogbench_utils.load_ogbench_dataset(path, env_name, keep_info=True)
+    data = ogbench_utils.load_ogbench_dataset(path, env_name, success_timing=timing)
     assert 0.0 in data['masks'] and 1.0 in data['masks']
     assert len(np.unique(data['rewards'])) > (2 if name.has_button_states else 1)
+    rows = np.flatnonzero(~stored['terminals'])  # the stored row of s_t for each transition t
+    rows = rows + 1 if timing == 'post' else rows  # the row of the state whose reward step(a_t) returns
 
-    for t in range(0, len(data['rewards']), 4):
-        qpos, qvel = data['qpos'][t].astype(np.float64), data['qvel'][t].astype(np.float64)
+    def put(row):
+        qpos, qvel = stored['qpos'][row].astype(np.float64), stored['qvel'][row].astype(np.float64)
         if name.has_button_states:
-            u.set_state(qpos, qvel, data['button_states'][t].copy())
+            u.set_state(qpos, qvel, stored['button_states'][row].copy())
         else:
             u.set_state(qpos, qvel)
         u.pre_step()
         u.post_step()  # refresh the env's success flag for the state it was put in
-        _, reward, _, _, info = env.step(data['actions'][t])
+
+    for t in range(0, len(data['rewards']), 4):
+        put(rows[t])
+        if timing == 'pre':  # step(a_t) reports the state it starts from
+            _, reward, terminated, _, info = env.step(data['actions'][t])
+            success = info['success']
+        else:  # step(a_t) reports, after `post_step`, the state it reached: the one `put` set up
+            reward, success, terminated = u.compute_reward(), u._success, u.terminate_episode()
         assert reward == data['rewards'][t], t
-        assert float(info['success']) == 1.0 - data['masks'][t], t
+        assert float(success) == 1.0 - data['masks'][t] == float(terminated), t
     env.close()
 
 
@@ -208,7 +231,8 @@ def test_sparse_rewards_and_proportion(cube_file):
     for bad in (0.0, -0.5, 1.5):
         with pytest.raises(ValueError, match=r'dataset_proportion must be in \(0, 1\]'):
             make_env_and_datasets(CUBE_ENV, dataset_path=cube_file, dataset_proportion=bad)
-    out = make_env_and_datasets(CUBE_ENV, dataset_path=cube_file, sparse=True, dataset_proportion=0.25)
+    out = make_env_and_datasets(CUBE_ENV, dataset_path=cube_file, sparse=True, dataset_proportion=0.25,
+                                load_val=True)
     assert out.reward_fn is sparse_reward_transform and env_utils.dense_reward(-3.0) == -3.0
     train = out.train_dataset
     n = int(2 * (STEPS - 1) * 0.25)  # the first quarter of the rows
@@ -231,15 +255,17 @@ def test_default_dir_dataset_dir_and_shards(cube_file, tmp_path, monkeypatch):
     expected = str(tmp_path / 'home' / '.ogbench' / 'data' / 'cube-single-play-v0.npz')
     assert expected in str(e.value) and f'--save_path={expected}' in str(e.value)
 
-    # A dataset_dir in the official layout: the val file is required.
+    # A dataset_dir in the official layout: the val file is loaded only when asked for and present.
     flat = tmp_path / 'flat'
     flat.mkdir()
     shutil.copy(cube_file, flat / 'cube-single-play-v0.npz')
-    with pytest.raises(FileNotFoundError, match='cube-single-play-v0-val.npz'):
-        make_env_and_datasets(CUBE_ENV, dataset_dir=str(flat))
+    train_path = str(flat / 'cube-single-play-v0.npz')
+    assert ogbench_utils.resolve_dataset_paths(CUBE_ENV, dataset_dir=str(flat)) == [train_path]
     shutil.copy(ogbench_utils.val_path_for(cube_file), flat / 'cube-single-play-v0-val.npz')
-    assert ogbench_utils.resolve_dataset_paths(CUBE_ENV, dataset_dir=str(flat)) == (
-        [str(flat / 'cube-single-play-v0.npz')], str(flat / 'cube-single-play-v0-val.npz'))
+    assert ogbench_utils.existing_val_path([train_path]) == str(flat / 'cube-single-play-v0-val.npz')
+    assert make_env_and_datasets(CUBE_ENV, dataset_dir=str(flat)).val_dataset is None
+    assert len(make_env_and_datasets(CUBE_ENV, dataset_dir=str(flat), load_val=True).val_dataset['rewards']) == (
+        STEPS - 1)
 
     # A directory of shards (other datasets' files ignored) is cycled by next_shard.
     shards = tmp_path / 'shards'
@@ -250,15 +276,37 @@ def test_default_dir_dataset_dir_and_shards(cube_file, tmp_path, monkeypatch):
     shutil.copy(cube_file, shards / 'cube-double-play-v0.npz')
     with pytest.raises(ValueError, match='sharded'):
         make_env_and_datasets(CUBE_ENV, dataset_dir=str(shards), dataset_proportion=0.5)
-    out = make_env_and_datasets(CUBE_ENV, dataset_dir=str(shards), sparse=True)
-    assert [os.path.basename(p) for p in out.train_paths] == ['cube-single-play-v0-000.npz',
-                                                               'cube-single-play-v0-001.npz']
+    out = make_env_and_datasets(CUBE_ENV, dataset_dir=str(shards), sparse=True, load_val=True)
+    assert [os.path.basename(p) for p in out.next_shard.paths] == ['cube-single-play-v0-000.npz',
+                                                                    'cube-single-play-v0-001.npz']
     first = out.train_dataset
     assert len(first['rewards']) == 2 * (STEPS - 1) and len(out.val_dataset['rewards']) == STEPS - 1
     second = out.next_shard()
     assert out.next_shard.index == 1 and len(second['rewards']) == STEPS - 1
     assert set(np.unique(second['rewards'])) <= {-1.0, 0.0}  # same processing (sparse) as the first
     np.testing.assert_array_equal(out.next_shard()['observations'], first['observations'])  # wraps around
+    out.env.close()
+    out.eval_env.close()
+
+
+def test_a_run_needs_only_the_training_file(cube_file, tmp_path, monkeypatch):
+    """The -val file is optional everywhere: default dir, dataset_dir, dataset_path and shards."""
+    monkeypatch.setenv('HOME', str(tmp_path / 'home'))
+    data_dir = tmp_path / 'home' / '.ogbench' / 'data'
+    data_dir.mkdir(parents=True)
+    shutil.copy(cube_file, data_dir / 'cube-single-play-v0.npz')  # and no cube-single-play-v0-val.npz
+    shards = tmp_path / 'shards'
+    shards.mkdir()
+    shutil.copy(cube_file, shards / 'cube-single-play-v0-000.npz')
+    shutil.copy(cube_file, shards / 'cube-single-play-v0-001.npz')
+    train_path = str(data_dir / 'cube-single-play-v0.npz')
+    shard_paths = [str(shards / f'cube-single-play-v0-00{i}.npz') for i in (0, 1)]
+    for kwargs, paths in [({}, [train_path]), ({'dataset_dir': str(data_dir)}, [train_path]),
+                          ({'dataset_path': train_path}, [train_path]), ({'dataset_dir': str(shards)}, shard_paths)]:
+        assert ogbench_utils.resolve_dataset_paths(CUBE_ENV, **kwargs) == paths, kwargs
+        assert ogbench_utils.existing_val_path(paths) is None
+    out = make_env_and_datasets(CUBE_ENV, load_val=True)  # asks for the val file, runs without it
+    assert out.val_dataset is None and len(out.train_dataset['rewards']) == 2 * (STEPS - 1)
     out.env.close()
     out.eval_env.close()
 
