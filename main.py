@@ -31,7 +31,6 @@ from absl import app, flags, logging
 
 import run_utils
 from utils import seeding
-from utils.datasets import ReplayBuffer
 
 FLAGS = flags.FLAGS
 run_utils.define_flags("main")
@@ -55,11 +54,7 @@ def main(_):
 
     # ---- Online phase ------------------------------------------------------------------------
     if cfg.online_steps > 0:
-        replay_buffer = ReplayBuffer.create_from_initial_dataset(
-            dict(train_dataset), size=max(cfg.buffer_size, train_dataset.size + 1),
-            rng=seeding.numpy_rng(cfg.seed, "replay_buffer"),
-            stop_reward_at_mask_zero=cfg.stop_reward_at_mask_zero,
-        )
+        replay_buffer = run_utils.make_replay_buffer(run, with_offline_data=True)
         collector = run_utils.OnlineCollector(
             run.env_data.env, run.action_dim, run.env_data.reward_fn, seeding.jax_key(cfg.seed, "collector"),
         )

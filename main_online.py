@@ -27,7 +27,6 @@ from absl import app, flags, logging
 
 import run_utils
 from utils import seeding
-from utils.datasets import ReplayBuffer
 
 FLAGS = flags.FLAGS
 run_utils.define_flags("main_online")
@@ -37,11 +36,7 @@ def main(_):
     run = run_utils.setup_experiment(run_utils.RunConfig.from_flags(FLAGS, driver="main_online"))
     cfg, agent, train_dataset = run.cfg, run.agent, run.train_dataset
 
-    example_transition = {k: run.example[k][0] for k in
-                          ("observations", "actions", "rewards", "terminals", "masks", "next_observations")}
-    replay_buffer = ReplayBuffer.create(example_transition, size=cfg.buffer_size,
-                                        rng=seeding.numpy_rng(cfg.seed, "replay_buffer"),
-                                        stop_reward_at_mask_zero=cfg.stop_reward_at_mask_zero)
+    replay_buffer = run_utils.make_replay_buffer(run, with_offline_data=False)
     collector = run_utils.OnlineCollector(
         run.env_data.env, run.action_dim, run.env_data.reward_fn, seeding.jax_key(cfg.seed, "collector"),
     )

@@ -34,7 +34,7 @@ from agents import agents
 from evaluation import ActionQueue, Policy, evaluate
 from log_utils import Logger, get_exp_name, setup_wandb, write_json
 from utils import seeding
-from utils.datasets import Dataset
+from utils.datasets import Dataset, ReplayBuffer
 from utils.flax_utils import CheckpointError, save_agent
 
 FLAGS = flags.FLAGS
@@ -298,8 +298,9 @@ class RunConfig:
 
     @property
     def flag_values(self) -> Dict:
-        """Every setting but the agent config (for ``flags.json``)."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if k != "agent"}
+        """Every setting but the agent config, plus ``horizon_length`` (for ``flags.json``)."""
+        values = {k: v for k, v in dataclasses.asdict(self).items() if k != "agent"}
+        return {**values, "horizon_length": self.horizon_length}
 
     @classmethod
     def from_flags(cls, flag_values, driver: str) -> "RunConfig":
@@ -504,6 +505,24 @@ def setup_experiment(cfg: RunConfig) -> Run:
 # ------------------------------------------------------------------------------------------------ loop
 
 
+def make_replay_buffer(run: Run, with_offline_data: bool) -> ReplayBuffer:
+    """The online replay buffer: ``replay_buffer`` stream, ``--stop_reward_at_mask_zero`` like the dataset.
+
+    ``with_offline_data`` (main.py): a copy of the offline dataset as its oldest rows, capacity
+    ``max(--buffer_size, rows + 1)``; else (main_online.py) empty, capacity ``--buffer_size``.
+    """
+    rng = seeding.numpy_rng(run.cfg.seed, "replay_buffer")
+    stop = run.cfg.stop_reward_at_mask_zero
+    if with_offline_data:
+        return ReplayBuffer.create_from_initial_dataset(
+            dict(run.train_dataset), size=max(run.cfg.buffer_size, run.train_dataset.size + 1), rng=rng,
+            stop_reward_at_mask_zero=stop,
+        )
+    example = {k: run.example[k][0] for k in
+               ("observations", "actions", "rewards", "terminals", "masks", "next_observations")}
+    return ReplayBuffer.create(example, size=run.cfg.buffer_size, rng=rng, stop_reward_at_mask_zero=stop)
+
+
 def sample_windows(source: Dataset, agent_config, batch_size: int) -> Dict:
     """``batch_size`` windows of ``horizon_length`` rows, discounted with the agent's ``discount``.
 
@@ -668,7 +687,7 @@ def sample_mixed_batch(offline_dataset, replay_buffer, agent_config, utd_ratio: 
 __all__ = [
     "InputError", "input_errors", "define_flags", "parse_flags", "run_cli", "RunConfig", "Run",
     "setup_experiment", "setup_run", "check_dataset_windows", "check_rendering", "trajectory_lengths",
-    "sample_windows", "maybe_next_shard", "should_evaluate", "should_save", "save_checkpoint",
+    "sample_windows", "make_replay_buffer", "maybe_next_shard", "should_evaluate", "should_save", "save_checkpoint",
     "evaluate_and_log", "log_update_info", "episode_stats", "stack_for_utd", "OnlineCollector",
     "mixed_batch_sizes", "sample_mixed_batch",
 ]

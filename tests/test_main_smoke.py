@@ -1,12 +1,14 @@
-"""Smoke tests: main.py and main_online.py run end to end on a real OGBench task.
+"""End-to-end runs of main.py and main_online.py on a real OGBench task (slow tier).
 
-These only check that a run finishes and writes its outputs (eval.csv with a success column,
-flags.json with the ogbench metadata, a checkpoint that restores); the numbers they produce are
-checked by the unit tests. Tiny networks, a two-episode generated dataset, a few steps each.
+They check what a finished run writes: the evaluation schedule, the open-loop chunk count of every
+evaluation episode, ``flags.json`` (the resolved agent config, the task and timing that ran) and
+the checkpoints. The learning itself is checked by the unit tests. Tiny networks, a two-episode
+generated dataset, a few steps each.
 """
 
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
@@ -14,6 +16,8 @@ import sys
 import pytest
 
 from envs.generate_dataset import generate_dataset
+
+pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--agent.actor_hidden_dims=(16,16)", "--agent.value_hidden_dims=(16,16)", "--agent.batch_size=8"]
@@ -43,6 +47,15 @@ def _eval_rows(run_dir):
         return list(csv.DictReader(f))
 
 
+def _check_eval_rows(rows, h):
+    """One episode per evaluation: success is 0 or 1 and the chunks are executed open-loop."""
+    for r in rows:
+        length = float(r["episode.length"])
+        assert float(r["success"]) in (0.0, 1.0)
+        assert 1 <= length <= 1000 and length == int(length)
+        assert float(r["policy_calls_per_episode"]) == math.ceil(length / h)
+
+
 @pytest.mark.parametrize("actor", ["best-of-n", "distill-ddpg"])
 def test_main_offline_then_online(dataset_path, tmp_path, actor):
     run_dir = _run("main.py", dataset_path, tmp_path, "--offline_steps=6", "--online_steps=6", "--start_training=3",
@@ -51,30 +64,51 @@ def test_main_offline_then_online(dataset_path, tmp_path, actor):
     rows = _eval_rows(run_dir)
     # One evaluation at each multiple of 4 and one at the end of each phase: offline 4, 6; online 10, 12.
     assert [int(r["step"]) for r in rows] == [4, 6, 10, 12]
-    assert all(0.0 <= float(r["success"]) <= 1.0 for r in rows)
+    _check_eval_rows(rows, h=3)
     meta = json.load(open(os.path.join(run_dir, "flags.json")))
     assert meta["ogbench_version"] and meta["flags"]["horizon_length"] == 3
+    assert meta["task_id"] == 1 and meta["success_timing"] == "post" and meta["dataset_success_timing"] == "pre"
+    # The agent section is the config the agent was built with, not the unresolved flag config.
+    agent = meta["agent"]
+    assert agent["horizon_length"] == 3 and agent["action_dim"] == 5 and agent["ob_dims"] == [28]
+    assert agent["actor_type"] == actor and agent["actor_num_samples"] == 4 and agent["flow_steps"] == 2
+    assert agent["actor_hidden_dims"] == [16, 16] and agent["batch_size"] == 8
     assert sorted(os.listdir(os.path.join(run_dir, "checkpoints"))) == ["agent_12.msgpack", "agent_6.msgpack"]
 
 
 def test_main_online_smoke(dataset_path, tmp_path):
     run_dir = _run("main_online.py", dataset_path, tmp_path, "--online_steps=8", "--start_training=4",
                    "--offline_ratio=0.5")
-    assert [int(r["step"]) for r in _eval_rows(run_dir)] == [4, 8]
-    assert os.path.exists(os.path.join(run_dir, "online_agent.csv"))
+    rows = _eval_rows(run_dir)
+    assert [int(r["step"]) for r in rows] == [4, 8]
+    _check_eval_rows(rows, h=3)
+    meta = json.load(open(os.path.join(run_dir, "flags.json")))
+    assert meta["agent"]["agent_name"] == "acrlpd" and meta["agent"]["target_entropy"] == -0.5 * 3 * 5
+    assert meta["flags"]["offline_ratio"] == 0.5 and meta["flags"]["offline_steps"] == 0
+    with open(os.path.join(run_dir, "online_agent.csv")) as f:
+        assert [int(r["step"]) for r in csv.DictReader(f)] == [4, 6, 8]  # log_interval 2, updates from step 4
 
 
 @pytest.mark.parametrize("args,message", [
     (["--env_name=foo-v0"], "Unknown environment 'foo-v0'"),
-    (["--horizon_length=0"], "--horizon_length=0 must be >= 1"),
     (["--env_name=cube-single-play-singletask-task1-v0", "--dataset_path=/nonexistent/x.npz"],
      "python -m envs.generate_dataset"),
+    # Found while setting up, before any training step: no window of h rows; no renderer for videos.
+    (["DATA", "--horizon_length=100000"], "fewer than --horizon_length=100000"),
+    (["DATA", "--video_episodes=1"], "MUJOCO_GL=egl"),
 ])
-def test_bad_input_is_one_clear_line(args, message, tmp_path):
-    """A bad flag or a missing dataset ends with exit status 2 and the message, no traceback."""
+def test_bad_input_is_one_clear_line(args, message, tmp_path, dataset_path):
+    """A bad input found during setup ends with exit status 2 and one error line, no traceback."""
+    if args[0] == "DATA":
+        args = ["--env_name=cube-single-play-singletask-task1-v0", f"--dataset_path={dataset_path}", *TINY, *args[1:]]
     cmd = [sys.executable, "main.py", f"--save_dir={tmp_path}", "--progress=False", *args]
-    result = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True,
-                            text=True, timeout=300)
-    assert result.returncode == 2
-    assert message in result.stderr
+    # No display and MuJoCo's default (GLFW) backend: rendering cannot work, as on a headless node.
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "MUJOCO_GL", "PYOPENGL_PLATFORM")}
+    result = subprocess.run(cmd, cwd=ROOT, env=dict(env, JAX_PLATFORMS="cpu"), capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 2, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and message in result.stderr.split("error:", 1)[1]
     assert "Traceback" not in result.stderr
+    assert not os.path.exists(os.path.join(tmp_path, "Debug")) or not any(
+        "eval.csv" in files for _, _, files in os.walk(tmp_path))  # nothing trained, nothing evaluated

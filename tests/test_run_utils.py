@@ -1,0 +1,135 @@
+"""The drivers' kit (run_utils.py): error forms, start-up checks, checkpoint order, replay buffers."""
+
+import logging
+import os
+import types
+
+import numpy as np
+import pytest
+
+import run_utils
+from tests.test_cli import parse
+from utils import seeding
+from utils.datasets import Dataset
+from utils.flax_utils import load_checkpoint_metadata
+
+
+def _dataset(terminals, seed=0):
+    n = len(terminals)
+    return Dataset.create(
+        observations=np.arange(n, dtype=np.float32)[:, None], actions=np.zeros((n, 2), np.float32),
+        rewards=-np.ones(n, np.float32), terminals=np.asarray(terminals, np.float32),
+        masks=np.ones(n, np.float32), next_observations=np.arange(1, n + 1, dtype=np.float32)[:, None], seed=seed,
+    )
+
+
+# ---------------------------------------------------------------- error forms
+
+
+def test_input_error_is_one_line_and_exit_2(capsys):
+    def main(_):
+        with run_utils.input_errors():
+            raise FileNotFoundError("dataset missing")
+
+    with pytest.raises(SystemExit) as e:
+        run_utils.run_cli(main)([])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.startswith("error: dataset missing\n")
+
+
+def test_error_during_training_keeps_its_traceback():
+    """Only input errors found during setup get the one-line form; a ValueError at step 700k does not."""
+
+    def main(_):
+        with run_utils.input_errors():
+            pass  # setup went fine
+        raise ValueError("NaN in the critic at step 700000")
+
+    with pytest.raises(ValueError, match="step 700000"):
+        run_utils.run_cli(main)([])
+
+
+# ---------------------------------------------------------------- start-up checks
+
+
+def test_trajectory_lengths():
+    np.testing.assert_array_equal(run_utils.trajectory_lengths(np.array([0, 0, 1, 0, 1, 0, 0])), [3, 2, 2])
+    np.testing.assert_array_equal(run_utils.trajectory_lengths(np.array([1, 1, 0, 0, 0, 1])), [1, 1, 4])
+
+
+def test_dataset_without_one_window_is_an_error():
+    with pytest.raises(ValueError, match="has 3 rows, fewer than --horizon_length=4"):
+        run_utils.check_dataset_windows(_dataset([0, 0, 1]), 4)
+
+
+def test_warning_when_every_trajectory_is_shorter_than_the_chunk(caplog):
+    short = _dataset([0, 1, 0, 0, 1, 0, 1])  # trajectories of 2, 3, 2 rows
+    with caplog.at_level(logging.WARNING):
+        assert run_utils.check_dataset_windows(short, 4) is False
+    assert "shorter than --horizon_length=4 (longest: 3 rows)" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert run_utils.check_dataset_windows(short, 3) is True  # one trajectory holds a full window
+    assert "shorter" not in caplog.text
+
+
+class _NoGL:
+    def render(self):
+        raise RuntimeError("an OpenGL platform library has not been loaded into this process")
+
+
+def test_rendering_is_checked_at_start_up():
+    with pytest.raises(ValueError, match="MUJOCO_GL=egl .* MUJOCO_GL=osmesa .* --video_episodes=0"):
+        run_utils.check_rendering("cube-single-play-singletask-task1-v0", _NoGL())
+    with pytest.raises(ValueError, match="robomimic envs .* without a renderer"):
+        run_utils.check_rendering("lift-mh-low_dim", None)
+
+
+# ---------------------------------------------------------------- the loop's pieces
+
+
+def _run(monkeypatch, tmp_path, *args):
+    cfg = parse(monkeypatch, "main", f"--save_dir={tmp_path}", *args)
+    data = _dataset([0] * 9 + [1])
+    example = data.sample(1, idxs=np.zeros(1, dtype=int))
+    return run_utils.Run(cfg=cfg, agent=None, env_data=types.SimpleNamespace(eval_env=None), train_dataset=data,
+                         run_dir=str(tmp_path), logger=None, action_dim=2, example=example)
+
+
+def test_checkpoint_is_written_before_a_failing_evaluation(monkeypatch, tmp_path):
+    run = _run(monkeypatch, tmp_path, "--offline_steps=10", "--eval_interval=5", "--save_interval=5")
+
+    def failing_evaluation(*args, **kwargs):
+        raise RuntimeError("renderer crashed")
+
+    monkeypatch.setattr(run_utils, "evaluate_and_log", failing_evaluation)
+    with pytest.raises(RuntimeError, match="renderer crashed"):
+        run.end_of_step({"w": np.arange(3.0)}, 10, phase="offline")  # any flax-serializable pytree
+    assert load_checkpoint_metadata(os.path.join(tmp_path, "checkpoints", "agent_10.msgpack")) == {
+        "step": 10, "phase": "offline"}
+
+
+def test_online_steps_are_logged_after_the_offline_ones(monkeypatch, tmp_path):
+    run = _run(monkeypatch, tmp_path, "--offline_steps=7", "--online_steps=5")
+    assert run.global_step(3, "offline") == 3 and run.global_step(3, "online") == 10
+    assert run.phase_steps("offline") == 7 and run.phase_steps("online") == 5
+
+
+@pytest.mark.parametrize("stop", [False, True])
+def test_replay_buffers_use_their_own_stream_and_the_reward_flag(monkeypatch, tmp_path, stop):
+    run = _run(monkeypatch, tmp_path, "--seed=3", "--buffer_size=4", f"--stop_reward_at_mask_zero={stop}")
+    buffer = run_utils.make_replay_buffer(run, with_offline_data=True)
+    assert buffer.size == 10 and buffer.max_size == 11 and buffer.stop_reward_at_mask_zero is stop
+    expected = seeding.numpy_rng(3, "replay_buffer").integers(0, 1000, 5)
+    np.testing.assert_array_equal(buffer.rng.integers(0, 1000, 5), expected)
+    # The offline sampler's stream is a different one.
+    assert not np.array_equal(seeding.numpy_rng(3, "dataset").integers(0, 1000, 5), expected)
+    empty = run_utils.make_replay_buffer(run, with_offline_data=False)
+    assert empty.size == 0 and empty.max_size == 4 and empty.stop_reward_at_mask_zero is stop
+
+
+def test_sample_windows_reads_h_and_discount_from_the_agent_config():
+    data = _dataset([0] * 9 + [1])
+    batch = run_utils.sample_windows(data, {"horizon_length": 3, "discount": 0.5}, 4)
+    assert batch["actions"].shape == (4, 3, 2)
+    np.testing.assert_allclose(batch["rewards"][:, -1], -(1 + 0.5 + 0.25))
