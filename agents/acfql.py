@@ -1,7 +1,7 @@
 """ACFQL: flow Q-learning with action chunking (Q-chunking; Li, Zhou, Levine, NeurIPS 2025).
 
 One agent for QC / BFN (``actor_type='best-of-n'``) and QC-FQL / FQL (``actor_type='distill-ddpg'``);
-see DESIGN.md section 1. With ``action_chunking`` the actor and critic work on whole chunks
+see docs/method.md. With ``action_chunking`` the actor and critic work on whole chunks
 ``A_t = a_{t:t+h}`` (flattened to ``h * action_dim``); without it they see only ``a_t`` while the
 h-step reward sum and the ``gamma^h`` bootstrap stay (the n-step baseline).
 
@@ -336,7 +336,7 @@ class ACFQLAgent(flax.struct.PyTreeNode):
 
 
 def get_config():
-    """ACFQL hyperparameters: the paper defaults for QC (DESIGN.md section 1).
+    """ACFQL hyperparameters: the paper defaults for QC (docs/settings.md).
 
     ``agent_name`` and ``batch_size`` are read by the drivers, every other key by this file.
     """
@@ -353,7 +353,7 @@ def get_config():
             discount=0.99,  # gamma; the chunk reward sum uses the same number (set it in the dataset too).
             tau=0.005,  # Polyak rate of the target critic.
             q_agg="mean",  # Ensemble aggregation ('mean' or 'min') for the target and for best-of-N.
-            alpha=100.0,  # distill-ddpg: distillation weight (tune per domain, DESIGN.md section 1).
+            alpha=100.0,  # distill-ddpg: distillation weight (tune per domain, docs/settings.md).
             num_qs=2,  # Critic ensemble size K.
             flow_steps=10,  # Euler steps of the BC flow.
             normalize_q_loss=False,  # distill-ddpg: divide the Q term by stop_gradient(mean |Q|).

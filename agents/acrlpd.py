@@ -295,7 +295,7 @@ def check_config(config):
 
 
 def get_config():
-    """ACRLPD hyperparameters: the paper's RLPD variants (DESIGN.md section 1).
+    """ACRLPD hyperparameters: the paper's RLPD variants (docs/settings.md).
 
     ``agent_name`` and ``batch_size`` are read by the drivers, every other key by this file.
     """

@@ -34,7 +34,7 @@ from utils import seeding
 
 logger = logging.getLogger(__name__)
 
-# Domains whose paper runs use --sparse (DESIGN.md section 1 table).
+# Domains whose paper runs use --sparse (docs/settings.md, per-domain table).
 SPARSE_DOMAINS = ('scene', 'puzzle')
 
 

@@ -1,7 +1,7 @@
 """Generate OGBench manipulation datasets locally with the scripted oracles shipped in `ogbench`.
 
 The official files live on a host this machine cannot reach, so we rebuild them with OGBench's
-published procedure ('play' datasets; facts from DESIGN.md section 5 and OGBench's
+published procedure ('play' datasets; see docs/datasets.md, and OGBench's
 `data_gen_scripts/generate_manipspace.py` / `commands.sh`):
 
 - env: the goal-conditioned `<domain>-v0` made with `terminate_at_goal=False,

@@ -8,7 +8,7 @@ a warm-up call (compilation excluded), ``block_until_ready`` on the result. Deci
 ``sample_actions`` on one observation (no batch axis, the driver's call), timed the same way.
 Batches are random numbers of the shape of a ``sample_sequence`` batch (values do not affect speed).
 For scale, the authors' code on 2 CPU cores: QC N=32 about 0.9 steps/s, QC-FQL about 12 steps/s,
-about 180 QC decisions/s (DESIGN.md section 7).
+about 180 QC decisions/s (measured when this project started).
 """
 
 import argparse

@@ -3,8 +3,9 @@
 Tiny networks on CPU; every test asserts a value that a wrong implementation would get wrong.
 """
 
+import ast
 import inspect
-import re
+import textwrap
 
 import flax
 import jax
@@ -13,9 +14,11 @@ import numpy as np
 import pytest
 
 import agents.acfql as acfql
+import agents.common as common
 import utils.flax_utils as flax_utils
 from agents import agents
 from agents.acfql import ACFQLAgent, get_config
+from utils import seeding
 
 OB_DIM, ACTION_DIM, BATCH = 6, 2, 8
 PIXELS = (12, 12, 3)
@@ -269,8 +272,8 @@ def test_batch_update_equals_sequential_updates(actor_type):
                            scanned.network.params["modules_critic"]["value_net"]["Dense_0"]["kernel"])
 
 
-def test_update_polyak_and_no_weight_decay_on_target():
-    agent = make_agent(weight_decay=0.1)  # AdamW
+def test_update_moves_target_by_polyak_toward_the_pre_step_critic():
+    agent = make_agent(weight_decay=0.1)  # AdamW: the Polyak step must hold on this path too
     agent = with_params(agent, "modules_target_critic", lambda x: x - 0.3)
     old = agent.network.params
     new, _ = agent.update(make_batch(5, 5))
@@ -278,13 +281,26 @@ def test_update_polyak_and_no_weight_decay_on_target():
     expected = jax.tree_util.tree_map(
         lambda c, t: tau * c + (1 - tau) * t, old["modules_critic"], old["modules_target_critic"]
     )
-    # Target moves toward the pre-step critic, as in the reference, and is never weight-decayed.
+    # Target moves toward the pre-step critic, as in the reference (not toward the updated critic).
     jax.tree_util.tree_map(
         lambda e, g: np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-7),
         expected, new.network.params["modules_target_critic"],
     )
     assert not all_zero(jax.tree_util.tree_map(
         lambda a, b: a - b, old["modules_critic"], new.network.params["modules_critic"]))
+
+
+def test_weight_decay_skips_the_target_critic():
+    # After update() the Polyak step overwrites the target, so the decay mask shows only in the optimizer
+    # step itself: with zero gradients Adam moves nothing and AdamW multiplies by (1 - lr * weight_decay).
+    agent = make_agent(weight_decay=0.1)
+    params = agent.network.params
+    stepped = agent.network.apply_gradients(jax.tree_util.tree_map(jnp.zeros_like, params)).params
+    factor = 1 - agent.config["lr"] * agent.config["weight_decay"]
+    for name in params:
+        scale = 1.0 if name == "modules_target_critic" else factor
+        jax.tree_util.tree_map(lambda old, new, s=scale: np.testing.assert_allclose(new, s * old, rtol=1e-6),
+                               params[name], stepped[name])
 
 
 # ---------------------------------------------------------------- configuration
@@ -305,30 +321,129 @@ def test_create_leaves_config_unchanged_and_fills_a_copy():
     assert size(agent.network.opt_state) == 2 * size(params) + 1
 
 
+def config_keys_read(source):
+    """String keys read (not written) as ``config[...]``, ``cfg[...]``, ``<x>.config[...]`` or ``config.get(...)``.
+
+    Assignment targets (``config["ob_dims"] = ...``, ``config["a"], config["b"] = ...``) are stores in the
+    syntax tree and do not count; f-string fields do.
+    """
+
+    def is_config(node):
+        return (isinstance(node, ast.Name) and node.id in ("config", "cfg")) or (
+            isinstance(node, ast.Attribute) and node.attr == "config")
+
+    keys = set()
+    for node in ast.walk(ast.parse(textwrap.dedent(source))):
+        if (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and is_config(node.value)
+                and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)):
+            keys.add(node.slice.value)
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                and is_config(node.func.value) and node.args and isinstance(node.args[0], ast.Constant)):
+            keys.add(node.args[0].value)
+    return keys
+
+
+def test_config_keys_read_counts_reads_only():
+    source = """
+def f(config, cfg, agent):
+    config["written"] = 1
+    config["tuple_a"], cfg["tuple_b"] = 1, 2
+    cfg["augmented"] += 1
+    x = config["plain"] + agent.config["attribute"]
+    if cfg["compared"] == 2:
+        print(f"{config['in_fstring']}", config.get("got"), other["not_config"])
+"""
+    assert config_keys_read(source) == {"plain", "attribute", "compared", "in_fstring", "got"}
+
+
 def test_every_config_key_is_read():
-    # The shared update step (utils/flax_utils.py) reads ``tau`` for the agent.
-    source = inspect.getsource(acfql) + inspect.getsource(flax_utils.gradient_and_target_step)
+    # The agent file, the plumbing it shares with ACRLPD (policy_steps, check_window, fill_shapes) and the
+    # shared update step (utils/flax_utils.py reads ``tau``). CONFIG_RULES names keys without reading them.
+    sources = [inspect.getsource(acfql), inspect.getsource(common),
+               inspect.getsource(flax_utils.gradient_and_target_step)]
+    read = set().union(*(config_keys_read(source) for source in sources))
     driver_keys = {"agent_name", "batch_size"}  # read by main.py / main_online.py
-    for key in get_config().keys():
-        if key not in driver_keys:
-            assert re.search(rf"(?:config|cfg)\[\"{key}\"\]", source), f"config key {key!r} is never read"
+    unread = sorted(set(get_config().keys()) - driver_keys - read)
+    assert not unread, f"config keys {unread} are never read"
+    assert read <= set(get_config().keys()), sorted(read - set(get_config().keys()))  # no stale names
 
 
-@pytest.mark.parametrize(
-    "key, value",
-    [("horizon_length", None), ("horizon_length", 0), ("actor_num_samples", 0), ("actor_type", "sac"),
-     ("q_agg", "max"), ("flow_steps", 0), ("num_qs", 0), ("encoder", "resnet9000")],
-)
+# A bad value for every key of get_config(); (key, value) cases. ACFQLAgent.create gets a plain dict
+# (a ConfigDict would refuse some of these types before the agent could).
+NAN, INF = float("nan"), float("inf")
+BAD_VALUES = {
+    "agent_name": ["acrlpd", None],
+    "lr": [0.0, -1e-3, NAN, "3e-4"],
+    "batch_size": [0, True, 2.5],
+    "actor_hidden_dims": [(), (32, 0), (32, True), "32"],
+    "value_hidden_dims": [(), (32, -1), (32, 2.0)],
+    "layer_norm": [1, "True", None],
+    "actor_layer_norm": [0],
+    "discount": [0.0, 1.5, NAN, True],
+    "tau": [0.0, 1.01, -0.1],
+    "q_agg": ["max", None],
+    "alpha": [-1.0, INF, NAN, False],
+    "num_qs": [0, True, 2.0],
+    "flow_steps": [0, True],
+    "normalize_q_loss": [0],
+    "encoder": ["resnet9000"],
+    "horizon_length": [None, 0, True, 5.0],
+    "action_chunking": [None, 1],
+    "actor_type": ["sac"],
+    "actor_num_samples": [0, False],
+    "use_fourier_features": ["False"],
+    "fourier_feature_dim": [3, 0, True],
+    "weight_decay": [-0.1, NAN],
+    "ob_dims": [(0,), (6.0,), (OB_DIM + 1,)],  # the last disagrees with the data
+    "action_dim": [0, True, ACTION_DIM + 5],  # the last disagrees with the data
+}
+
+
+def test_bad_config_table_covers_every_key():
+    assert set(BAD_VALUES) == set(get_config().keys()) == set(acfql.CONFIG_RULES)
+
+
+@pytest.mark.parametrize("key, value", [(k, v) for k, values in BAD_VALUES.items() for v in values])
 def test_bad_config_raises(key, value):
-    config = make_config()
-    with config.unlocked():
-        config[key] = value
-    with pytest.raises(ValueError, match=key):
+    config = make_config().to_dict()
+    config[key] = value
+    with pytest.raises(ValueError, match=rf"--agent\.{key}\b"):
         ACFQLAgent.create(0, np.zeros(OB_DIM), np.zeros(ACTION_DIM), config)
 
 
-def test_windows_longer_than_the_chunk_raise():
-    batch = make_batch(0, 6)  # windows of 6 steps for h = 5: rewards[:, -1] would be the wrong sum
+def test_unknown_config_key_raises():
+    config = make_config().to_dict()
+    config["num_q"] = 2
+    with pytest.raises(ValueError, match="num_q"):
+        ACFQLAgent.create(0, np.zeros(OB_DIM), np.zeros(ACTION_DIM), config)
+
+
+def test_create_seeds():
+    config = make_config()
+
+    def critic_kernel(seed):
+        agent = ACFQLAgent.create(seed, np.zeros(OB_DIM), np.zeros(ACTION_DIM), config)
+        return np.asarray(agent.network.params["modules_critic"]["value_net"]["Dense_0"]["kernel"])
+
+    # An int seed is PRNGKey(seed); a key (the driver's seeding.jax_key(seed, 'agent')) is used as it is.
+    np.testing.assert_array_equal(critic_kernel(3), critic_kernel(jax.random.PRNGKey(3)))
+    agent_key = seeding.jax_key(3, "agent")
+    np.testing.assert_array_equal(critic_kernel(agent_key), critic_kernel(seeding.jax_key(3, "agent")))
+    assert not np.array_equal(critic_kernel(agent_key), critic_kernel(3))
+    assert not np.array_equal(critic_kernel(agent_key), critic_kernel(seeding.jax_key(4, "agent")))
+    assert not np.array_equal(critic_kernel(0), critic_kernel(1))  # two int seeds, two networks
+
+
+def test_create_rejects_an_action_dim_that_disagrees_with_the_data():
+    config = make_config(action_dim=7)
+    with pytest.raises(ValueError, match="action_dim"):
+        ACFQLAgent.create(0, np.zeros(OB_DIM), np.zeros(ACTION_DIM), config)
+    assert ACFQLAgent.create(0, np.zeros(OB_DIM), np.zeros(7), config).config["action_dim"] == 7
+
+
+@pytest.mark.parametrize("steps", [6, 4])
+def test_windows_longer_than_the_chunk_raise(steps):
+    batch = make_batch(0, steps)  # windows of 6 (4) steps for h = 5: rewards[:, -1] would be the wrong sum
     with pytest.raises(ValueError, match="horizon_length"):
         make_agent().update(batch)
 

@@ -25,7 +25,7 @@ def make_config(h=3, **overrides):
 
 
 def random_batch(seed, batch_size=6, h=3, ob_dim=4, action_dim=2):
-    """A chunk batch (DESIGN.md section 4) with some masks and valid flags at 0."""
+    """A chunk batch (docs/batch_contract.md) with some masks and valid flags at 0."""
     rng = np.random.default_rng(seed)
     masks = np.ones((batch_size, h), np.float32)
     masks[0, 1:] = 0.0  # a terminal inside the first window

@@ -37,7 +37,7 @@ def random_fields(n, rng, pixel=False, p_terminal=0.1, p_mask_zero=0.2):
 
 
 def slow_sequence(f, starts, H, discount, stop_reward_at_mask_zero):
-    """The contract of DESIGN.md section 4, one window and one step at a time."""
+    """The contract of docs/batch_contract.md, one window and one step at a time."""
     n = len(f["rewards"])
     pixel = f["observations"].ndim == 4
     out = {key: [] for key in SEQ_KEYS}

@@ -71,7 +71,7 @@ def test_tanh_normal_actor_samples_inside_and_finite_log_prob():
     assert np.all(np.abs(actions) < 1.0)
     assert np.all(np.isfinite(log_probs))
     np.testing.assert_allclose(dist.log_prob(actions), log_probs, rtol=1e-4, atol=1e-4)
-    # Dataset actions are clipped to 1 - 1e-5 (DESIGN.md section 5); their log-probability is finite.
+    # Dataset actions are clipped to 1 - 1e-5 (docs/datasets.md); their log-probability is finite.
     edge = jnp.full((5, 4), 1 - 1e-5) * jnp.array([1, -1, 1, -1])
     assert np.all(np.isfinite(dist.log_prob(edge)))
 

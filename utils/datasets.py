@@ -4,8 +4,8 @@ Two classes, both read-only mappings from field name to a numpy array whose lead
 row (one transition per row, trajectories stored one after another):
 
 - `Dataset`: a fixed set of rows. Sampling draws rows uniformly; `sample_sequence` draws windows
-  of `H` consecutive rows and returns the chunked batch described in DESIGN.md section 4 (paper
-  Sec. 3: the critic target `R_t^h + gamma^h * m * Qbar(s_{t+h}, A*_{t+h})` needs the partial
+  of `H` consecutive rows and returns the chunked batch described in docs/batch_contract.md (the
+  critic target `R_t^h + gamma^h * m * Qbar(s_{t+h}, A*_{t+h})` needs the partial
   discounted sums `R_t^k`, the running mask and the trajectory-end flags of every step).
 - `ReplayBuffer`: a `Dataset` over fixed-size circular storage that `add_transition` writes into.
   It samples in *time order*, so no window ever runs across the write position.
@@ -229,8 +229,8 @@ class Dataset(Mapping):
         """Sample `batch_size` windows of `sequence_length` consecutive rows (the chunked batch).
 
         Start rows are drawn uniformly from [0, size - H] as in the reference, so a window may
-        cross a trajectory end; `valid` marks the steps after the terminal. The contract (DESIGN.md
-        section 4; paper Sec. 3, chunked critic target `R_t^h + gamma^h m Qbar(s_{t+h}, A*)`) for a
+        cross a trajectory end; `valid` marks the steps after the terminal. The contract
+        (docs/batch_contract.md; chunked critic target `R_t^h + gamma^h m Qbar(s_{t+h}, A*)`) for a
         window starting at row i, step k = 0..H-1, with r, m, d the per-row reward, mask, terminal:
 
             rewards[:, k]   = sum_{j<=k} discount^j r_{i+j}        (default, as the reference)
