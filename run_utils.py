@@ -30,6 +30,7 @@ import jax
 import numpy as np
 from absl import flags, logging
 
+import presets
 from agents import agents
 from evaluation import ActionQueue, Policy, evaluate
 from log_utils import Logger, get_exp_name, setup_wandb, write_json
@@ -94,6 +95,10 @@ def define_flags(driver: str, flag_values=FLAGS):
         flags.DEFINE_float("offline_ratio", 0.5, "Fraction of each batch drawn from the offline data (the rest "
                            "from the replay buffer); floor(offline_ratio * batch_size) rows, exact for odd batch "
                            "sizes.", **fv)
+    methods = "|".join(presets.METHODS[driver])
+    flags.DEFINE_string("method", None, f"Paper method by name ({methods}): sets the flags and agent keys that "
+                        "define it and the paper's per-domain values for --env_name (presets.py); flags passed "
+                        "explicitly win, except one that turns the run into another method (an error).", **fv)
     flags.DEFINE_string("run_group", "Debug", "wandb group and sub-folder of --save_dir for this run.", **fv)
     flags.DEFINE_integer("seed", 0, "Random seed in [0, 2**32); every random stream of the run (agent, samplers, "
                          "environments, evaluation) is derived from it (utils/seeding.py).", **fv)
@@ -291,6 +296,9 @@ class RunConfig:
     agent: Dict
     offline_steps: int = 0
     offline_ratio: Optional[float] = None
+    method: Optional[str] = None
+    # With --method: each preset setting -> "preset" or "command line" (recorded in flags.json).
+    setting_sources: Dict = dataclasses.field(default_factory=dict)
 
     @property
     def horizon_length(self) -> int:
@@ -299,14 +307,15 @@ class RunConfig:
     @property
     def flag_values(self) -> Dict:
         """Every setting but the agent config, plus ``horizon_length`` (for ``flags.json``)."""
-        values = {k: v for k, v in dataclasses.asdict(self).items() if k != "agent"}
+        values = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("agent", "setting_sources")}
         return {**values, "horizon_length": self.horizon_length}
 
     @classmethod
     def from_flags(cls, flag_values, driver: str) -> "RunConfig":
         """Build from parsed absl flags; raises :class:`InputError` for every bad value."""
         with input_errors():
-            names = [f.name for f in dataclasses.fields(cls) if f.name not in ("driver", "agent")]
+            skip = ("driver", "agent", "setting_sources")
+            names = [f.name for f in dataclasses.fields(cls) if f.name not in skip]
             values = {name: getattr(flag_values, name) for name in names if name in flag_values}
             config = flag_values.agent.copy_and_resolve_references().to_dict()
             if config.get("horizon_length") not in (None, flag_values.horizon_length):
@@ -315,7 +324,13 @@ class RunConfig:
                     f"{flag_values.horizon_length}; set only --horizon_length."
                 )
             config["horizon_length"] = flag_values.horizon_length
-            run_config = cls(driver=driver, agent=config, **values)
+            sources = {}
+            if values.get("method") is not None:
+                sources = _apply_method(driver, flag_values, values, config)
+            from envs.env_utils import warn_if_dense_on_sparse_domain
+
+            warn_if_dense_on_sparse_domain(values["env_name"], values["sparse"])
+            run_config = cls(driver=driver, agent=config, setting_sources=sources, **values)
             run_config.validate()
         return run_config
 
@@ -360,6 +375,29 @@ class RunConfig:
                 f"--buffer_size={self.buffer_size} can never hold one window of --horizon_length="
                 f"{self.horizon_length} rows, so no online batch can be drawn."
             )
+
+
+def _apply_method(driver: str, flag_values, values: Dict, config: Dict) -> Dict:
+    """Fill ``values`` and ``config`` from ``--method``'s preset; return each setting's source.
+
+    Explicitly passed flags (``present``) and ``--agent.KEY`` overrides win (presets.resolve
+    raises for one that changes the method).
+    """
+    explicit = {name: getattr(flag_values, name) for name in ("horizon_length", "sparse")
+                if flag_values[name].present}
+    for key, value in flag_values["agent"].override_values.items():
+        explicit[f"agent.{key}"] = value
+    resolved, sources = presets.resolve(driver, values["method"], values["env_name"], explicit)
+    for name, value in resolved.items():
+        if name.startswith("agent."):
+            config[name[len("agent."):]] = value
+        elif name == "horizon_length":
+            config["horizon_length"] = value
+        else:
+            values[name] = value
+    logging.info("--method=%s: %s", values["method"],
+                 ", ".join(f"{k}={v} ({sources[k]})" for k, v in {**explicit, **resolved}.items() if k in sources))
+    return sources
 
 
 # ------------------------------------------------------------------------------------------------ setup
@@ -467,6 +505,8 @@ def setup_run(cfg: RunConfig, agent_config: Dict, metadata: Dict):
     run_dir = os.path.join(cfg.save_dir, cfg.run_group, exp_name)
     os.makedirs(run_dir, exist_ok=True)
     record = {"flags": cfg.flag_values, "agent": dict(agent_config), **metadata}
+    if cfg.method is not None:
+        record["method"] = {"name": cfg.method, "sources": cfg.setting_sources}
     write_json(os.path.join(run_dir, "flags.json"), record)
     wandb_run = setup_wandb(cfg.wandb_project, cfg.run_group, exp_name, record, cfg.wandb_mode, run_dir)
     logging.info("Run directory: %s", run_dir)
@@ -479,10 +519,9 @@ def setup_experiment(cfg: RunConfig) -> Run:
     Every input error (missing or bad data file, a dataset with no window of ``horizon_length``,
     rendering that cannot work) is raised as :class:`InputError` before training starts.
     """
-    from envs.env_utils import make_env_and_datasets, warn_if_dense_on_sparse_domain
+    from envs.env_utils import make_env_and_datasets
 
     with input_errors():
-        warn_if_dense_on_sparse_domain(cfg.env_name, cfg.sparse)
         env_data = make_env_and_datasets(
             cfg.env_name, dataset_path=cfg.dataset_path, dataset_dir=cfg.ogbench_dataset_dir,
             dataset_proportion=cfg.dataset_proportion, sparse=cfg.sparse, seed=cfg.seed,

@@ -179,3 +179,39 @@ def test_real_exit_status(script, args, message):
     assert result.returncode == 2, result.stderr[-2000:]
     lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.stderr
+
+
+# ---------------------------------------------------------------- --method (presets.py) on the command line
+
+
+def test_method_sets_the_paper_settings_and_records_their_source(monkeypatch):
+    cfg = parse(monkeypatch, "main", "--method=qc-fql", "--env_name=scene-play-singletask-task2-v0",
+                "--horizon_length=3", "--offline_steps=10")
+    assert cfg.sparse is True  # scene gets sparse rewards without being told
+    assert cfg.agent["actor_type"] == "distill-ddpg" and cfg.agent["alpha"] == 300.0 and cfg.horizon_length == 3
+    assert cfg.setting_sources["horizon_length"] == "command line"
+    assert cfg.setting_sources["agent.alpha"] == "preset" and cfg.setting_sources["sparse"] == "preset"
+    cfg = parse(monkeypatch, "main", "--method=qc", "--env_name=puzzle-3x3-play-singletask-task4-v0",
+                "--agent.actor_num_samples=8", "--nosparse", "--offline_steps=10")
+    assert cfg.agent["actor_num_samples"] == 8 and cfg.sparse is False and cfg.method == "qc"
+    assert cfg.setting_sources["agent.actor_num_samples"] == "command line"
+    cfg = parse(monkeypatch, "main_online", "--method=qc-rlpd", "--env_name=cube-triple-play-singletask-task1-v0")
+    assert cfg.agent["bc_alpha"] == 0.01 and cfg.horizon_length == 5 and cfg.sparse is False
+
+
+def test_without_method_the_flags_stay_as_given(monkeypatch):
+    cfg = parse(monkeypatch, "main", "--env_name=scene-play-singletask-task2-v0", "--offline_steps=10")
+    assert cfg.sparse is False and cfg.method is None and cfg.setting_sources == {}
+    assert cfg.agent["actor_type"] == "best-of-n" and cfg.agent["alpha"] == 100.0
+
+
+@pytest.mark.parametrize("driver, args, message", [
+    ("main", ["--method=qc", "--horizon_length=1"], "--horizon_length=1 contradicts --method=qc"),
+    ("main", ["--method=qc", "--agent.actor_type=distill-ddpg"], "contradicts --method=qc"),
+    ("main", ["--method=fql-n", "--agent.action_chunking=True"], "contradicts --method=fql-n"),
+    ("main_online", ["--method=rlpd", "--horizon_length=5"], "contradicts --method=rlpd"),
+    ("main", ["--method=rlpd"], "--method=rlpd is not a method of main.py"),
+    ("main", ["--method=foo"], "--method=foo"),
+])
+def test_method_contradictions_are_errors(monkeypatch, capsys, driver, args, message):
+    assert message in error_of(monkeypatch, capsys, driver, *args)

@@ -58,9 +58,10 @@ def _check_eval_rows(rows, h):
 
 @pytest.mark.parametrize("actor", ["best-of-n", "distill-ddpg"])
 def test_main_offline_then_online(dataset_path, tmp_path, actor):
+    # QC-FQL by name (--method), QC by its flags: both ways of choosing a method run.
+    method = ["--method=qc-fql"] if actor == "distill-ddpg" else [f"--agent.actor_type={actor}"]
     run_dir = _run("main.py", dataset_path, tmp_path, "--offline_steps=6", "--online_steps=6", "--start_training=3",
-                   "--save_interval=6", f"--agent.actor_type={actor}", "--agent.actor_num_samples=4",
-                   "--agent.flow_steps=2")
+                   "--save_interval=6", *method, "--agent.actor_num_samples=4", "--agent.flow_steps=2")
     rows = _eval_rows(run_dir)
     # One evaluation at each multiple of 4 and one at the end of each phase: offline 4, 6; online 10, 12.
     assert [int(r["step"]) for r in rows] == [4, 6, 10, 12]
@@ -73,6 +74,12 @@ def test_main_offline_then_online(dataset_path, tmp_path, actor):
     assert agent["horizon_length"] == 3 and agent["action_dim"] == 5 and agent["ob_dims"] == [28]
     assert agent["actor_type"] == actor and agent["actor_num_samples"] == 4 and agent["flow_steps"] == 2
     assert agent["actor_hidden_dims"] == [16, 16] and agent["batch_size"] == 8
+    if actor == "distill-ddpg":  # cube-single borrows cube-double's QC-FQL alpha
+        assert agent["alpha"] == 300.0 and meta["method"]["name"] == "qc-fql"
+        assert meta["method"]["sources"]["agent.alpha"] == "preset"
+        assert meta["method"]["sources"]["horizon_length"] == "command line"
+    else:
+        assert "method" not in meta
     assert sorted(os.listdir(os.path.join(run_dir, "checkpoints"))) == ["agent_12.msgpack", "agent_6.msgpack"]
 
 
