@@ -238,9 +238,9 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
 
         critic_defs = [Value(hidden_dims=config["value_hidden_dims"], layer_norm=config["layer_norm"],
                              num_ensembles=config["num_qs"]) for _ in range(2)]  # critic, target_critic
-        # log-std bounds of RLPD's (and the reference's) TanhNormal.
+        # log-std bounds [-20, 2]: RLPD's (and the reference's) TanhNormal, the module's defaults.
         actor_def = TanhNormalActor(hidden_dims=config["actor_hidden_dims"], action_dim=full_action_dim,
-                                    layer_norm=config["actor_layer_norm"], log_std_min=-20.0, log_std_max=2.0)
+                                    layer_norm=config["actor_layer_norm"])
         modules = dict(critic=critic_defs[0], target_critic=critic_defs[1], actor=actor_def,
                        temperature=Temperature(config["init_temp"]))
         args = dict(critic=(ex_obs, ex_chunk), target_critic=(ex_obs, ex_chunk), actor=(ex_obs,), temperature=())

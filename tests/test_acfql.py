@@ -403,7 +403,8 @@ def test_bad_config_table_covers_every_key():
     assert set(BAD_VALUES) == set(get_config().keys()) == set(acfql.CONFIG_RULES)
 
 
-@pytest.mark.parametrize("key, value", [(k, v) for k, values in BAD_VALUES.items() for v in values])
+@pytest.mark.parametrize("key, value", [(k, v) for k, values in BAD_VALUES.items() for v in values],
+                         ids=[f"{k}={v!r}" for k, values in BAD_VALUES.items() for v in values])
 def test_bad_config_raises(key, value):
     config = make_config().to_dict()
     config[key] = value

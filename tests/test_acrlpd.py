@@ -8,7 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import agents.acrlpd as acrlpd
 from agents.acrlpd import ACRLPDAgent, get_config
+from utils import seeding
 
 GAMMA = 0.99
 
@@ -273,24 +275,69 @@ def test_create_leaves_config_unchanged():
     assert agent.config["action_dim"] == 2 and agent.config["ob_dims"] == (4,)
 
 
-@pytest.mark.parametrize(
-    "key, overrides",
-    [
-        ("horizon_length", dict(horizon_length=None)),
-        ("horizon_length", dict(horizon_length=0)),
-        ("num_qs", dict(num_qs=0)),
-        ("num_min_qs", dict(q_agg="min", num_min_qs=4)),
-        ("q_agg", dict(num_min_qs=2)),  # the random-subset minimum needs q_agg='min'
-        ("q_agg", dict(q_agg="median")),
-        ("target_entropy_multiplier", dict(target_entropy_multiplier=-0.5)),
-        ("bc_alpha", dict(bc_alpha=-0.01)),
-        ("init_temp", dict(init_temp=0.0)),
-        ("encoder", dict(encoder="impala_small")),
-    ],
-)
+NAN, INF = float("nan"), float("inf")
+# A bad value for every key of get_config(): {key: [overrides, ...]}, each raising a ValueError that names key.
+# ACRLPDAgent.create gets a plain dict (a ConfigDict would refuse some of these types before the agent could).
+BAD_OVERRIDES = {
+    "agent_name": [dict(agent_name="acfql")],
+    "lr": [dict(lr=0.0), dict(lr=NAN), dict(lr="3e-4")],
+    "batch_size": [dict(batch_size=0), dict(batch_size=True)],
+    "actor_hidden_dims": [dict(actor_hidden_dims=()), dict(actor_hidden_dims=(32, 0))],
+    "value_hidden_dims": [dict(value_hidden_dims=(32, True)), dict(value_hidden_dims="32")],
+    "layer_norm": [dict(layer_norm=1)],
+    "actor_layer_norm": [dict(actor_layer_norm="False")],
+    "discount": [dict(discount=0.0), dict(discount=1.01), dict(discount=True)],
+    "tau": [dict(tau=0.0), dict(tau=2.0)],
+    "num_qs": [dict(num_qs=0), dict(num_qs=True), dict(num_qs=3.0)],
+    "num_min_qs": [dict(q_agg="min", num_min_qs=4), dict(q_agg="min", num_min_qs=0),
+                   dict(q_agg="min", num_min_qs=True)],
+    "q_agg": [dict(num_min_qs=2), dict(q_agg="median")],  # the random-subset minimum needs q_agg='min'
+    "backup_entropy": [dict(backup_entropy=1)],
+    "init_temp": [dict(init_temp=0.0), dict(init_temp=-1.0), dict(init_temp=INF)],
+    "target_entropy_multiplier": [dict(target_entropy_multiplier=-0.5), dict(target_entropy_multiplier=NAN)],
+    "target_entropy": [dict(target_entropy=NAN), dict(target_entropy=-INF), dict(target_entropy="-3")],
+    "bc_alpha": [dict(bc_alpha=-0.01), dict(bc_alpha=False)],
+    "horizon_length": [dict(horizon_length=None), dict(horizon_length=0), dict(horizon_length=True)],
+    "action_chunking": [dict(action_chunking=None), dict(action_chunking=0)],
+    "encoder": [dict(encoder="impala_small")],
+    "ob_dims": [dict(ob_dims=(0,)), dict(ob_dims=(5,))],  # the data's observations have 4 dims
+    "action_dim": [dict(action_dim=0), dict(action_dim=True), dict(action_dim=7)],  # the data's actions: 2
+}
+
+
+def test_bad_config_table_covers_every_key():
+    assert set(BAD_OVERRIDES) == set(get_config().keys()) == set(acrlpd.CONFIG_RULES)
+
+
+@pytest.mark.parametrize("key, overrides", [(k, o) for k, cases in BAD_OVERRIDES.items() for o in cases],
+                         ids=[f"{k}:{o}" for k, cases in BAD_OVERRIDES.items() for o in cases])
 def test_bad_config_raises_naming_the_key(key, overrides):
-    config = make_config()
-    for k, v in overrides.items():
-        config[k] = v
-    with pytest.raises(ValueError, match=key):
+    config = make_config().to_dict()
+    config.update(overrides)
+    with pytest.raises(ValueError, match=rf"--agent\.{key}\b"):
         create(config, random_batch(16))
+
+
+def test_create_seeds():
+    config, batch = make_config(), random_batch(17)
+
+    def critic_kernel(seed):
+        params = create(config, batch, seed).network.params
+        return np.asarray(params["modules_critic"]["value_net"]["Dense_0"]["kernel"])
+
+    # An int seed is PRNGKey(seed); a key (the driver's seeding.jax_key(seed, 'agent')) is used as it is.
+    np.testing.assert_array_equal(critic_kernel(3), critic_kernel(jax.random.PRNGKey(3)))
+    agent_key = seeding.jax_key(3, "agent")
+    np.testing.assert_array_equal(critic_kernel(agent_key), critic_kernel(seeding.jax_key(3, "agent")))
+    assert not np.array_equal(critic_kernel(agent_key), critic_kernel(3))
+    assert not np.array_equal(critic_kernel(0), critic_kernel(1))
+
+
+@pytest.mark.parametrize("chunking", [True, False])
+@pytest.mark.parametrize("steps", [4, 2])
+def test_windows_of_another_length_than_the_chunk_raise(chunking, steps):
+    # h = 3. A 4-step window would pair a 4-step reward sum (rewards[:, -1]) with gamma^3; a 2-step one a
+    # 2-step sum. Without chunking no network input reveals the window length, so only the check can.
+    agent = create(make_config(action_chunking=chunking), random_batch(18))
+    with pytest.raises(ValueError, match="horizon_length"):
+        agent.update(random_batch(19, h=steps))

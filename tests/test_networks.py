@@ -52,8 +52,9 @@ def test_fourier_features_and_actor_vector_field():
     out = fixed.apply({}, t)
     assert out.shape == (4, 8)
     np.testing.assert_allclose(out[0], [1, 1, 1, 1, 0, 0, 0, 0], atol=1e-7)  # cos 0 = 1, sin 0 = 0
-    learnable = FourierFeatures(8, learnable=True)
-    assert learnable.apply(learnable.init(jax.random.PRNGKey(4), t), t).shape == (4, 8)
+    # Frequencies 10000^(-j/3), j = 0..3: at t = 1 the features are cos and sin of those.
+    freqs = 10000.0 ** (-np.arange(4) / 3)
+    np.testing.assert_allclose(out[-1], np.concatenate([np.cos(freqs), np.sin(freqs)]), rtol=1e-6)
 
     field = ActorVectorField(hidden_dims=(16,), action_dim=6, use_fourier_features=True,
                              fourier_feature_dim=8)

@@ -71,13 +71,10 @@ class TrainState(flax.struct.PyTreeNode):
             opt_state=opt_state, **kwargs,
         )
 
-    def __call__(self, *args, params=None, method=None, **kwargs):
+    def __call__(self, *args, params=None, **kwargs):
         if params is None:
             params = self.params
-        variables = {"params": params}
-        if method is not None:
-            method = getattr(self.model_def, method)
-        return self.apply_fn(variables, *args, method=method, **kwargs)
+        return self.apply_fn({"params": params}, *args, **kwargs)
 
     def select(self, name):
         """The call of module ``name``: ``state.select('critic')(obs, actions, params=...)``."""

@@ -12,7 +12,7 @@ Shapes use ``B`` for any number of leading batch axes (the best-of-N candidate a
 size.
 """
 
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Sequence
 
 import distrax
 import flax.linen as nn
@@ -80,35 +80,28 @@ def ensemblize(cls, num_qs: int, in_axes=None, out_axes: int = 0, **kwargs):
 class FourierFeatures(nn.Module):
     """Sinusoidal features of a scalar time ``t`` in [0, 1] for the flow field.
 
-    ``learnable=False``: fixed log-spaced frequencies (transformer-style); ``learnable=True``:
-    Gaussian random frequencies (std 0.2) that are trained. Input ``(B, 1)`` -> ``(B, output_size)``.
+    Fixed log-spaced frequencies (transformer-style). Input ``(B, 1)`` -> ``(B, output_size)``.
     """
 
     output_size: int = 64
-    learnable: bool = False
 
     @nn.compact
     def __call__(self, t):
         half = self.output_size // 2
-        if self.learnable:
-            w = self.param("kernel", nn.initializers.normal(0.2), (half, t.shape[-1]), jnp.float32)
-            angles = 2 * jnp.pi * t @ w.T  # (B, half)
-        else:
-            freqs = jnp.exp(-jnp.log(10000.0) * jnp.arange(half) / max(half - 1, 1))  # (half,)
-            angles = t * freqs  # (B, 1) * (half,) -> (B, half)
+        freqs = jnp.exp(-jnp.log(10000.0) * jnp.arange(half) / max(half - 1, 1))  # (half,)
+        angles = t * freqs  # (B, 1) * (half,) -> (B, half)
         return jnp.concatenate([jnp.cos(angles), jnp.sin(angles)], axis=-1)
 
 
 class Value(nn.Module):
     """Critic ensemble ``Q_k(s, a)``, k = 1..num_ensembles (paper Sec. 4: chunked critic).
 
-    Each member is an :class:`MLP` ``hidden_dims + (1,)`` on ``concat(encoder(s), a)``.
+    Each member is an :class:`MLP` ``hidden_dims + (1,)`` on ``concat(s, a)``.
 
     Args:
         hidden_dims: hidden layer widths (paper: 4 x 512).
         layer_norm: layer norm in the hidden layers (paper: on for the critic).
         num_ensembles: ensemble size K (ACFQL 2, ACRLPD 10); 1 gives no ensemble axis.
-        encoder: optional module applied to the observations first (pixels).
 
     Call ``(observations (B, *ob), actions (B, A) or None)`` -> ``(K, B)`` (``(B,)`` when K = 1).
     """
@@ -116,7 +109,6 @@ class Value(nn.Module):
     hidden_dims: Sequence[int]
     layer_norm: bool = True
     num_ensembles: int = 2
-    encoder: Optional[nn.Module] = None
 
     def setup(self):
         mlp_class = MLP
@@ -125,7 +117,7 @@ class Value(nn.Module):
         self.value_net = mlp_class((*self.hidden_dims, 1), activate_final=False, layer_norm=self.layer_norm)
 
     def __call__(self, observations, actions=None):
-        inputs = observations if self.encoder is None else self.encoder(observations)
+        inputs = observations
         if actions is not None:
             inputs = jnp.concatenate([inputs, actions], axis=-1)  # (B, D + A)
         return self.value_net(inputs).squeeze(-1)  # (K, B) or (B,)
@@ -134,25 +126,22 @@ class Value(nn.Module):
 class ActorVectorField(nn.Module):
     """Flow-matching velocity field ``v(s, x_t, t)`` over (chunked) actions (paper Sec. 4, QC).
 
-    An :class:`MLP` ``hidden_dims + (action_dim,)`` on ``concat(encoder(s), x_t, t_features)``.
+    An :class:`MLP` ``hidden_dims + (action_dim,)`` on ``concat(s, x_t, t_features)``.
     Called without ``times`` it is a one-step map ``mu(s, z)`` (the QC-FQL / FQL actor).
 
     Args:
         hidden_dims: hidden layer widths (paper: 4 x 512).
         action_dim: output size ``A`` (``h * action_dim`` when chunking).
         layer_norm: layer norm in the hidden layers (paper: off for the actor).
-        encoder: optional observation encoder (pixels).
         use_fourier_features: embed ``t`` with :class:`FourierFeatures` instead of using it raw.
         fourier_feature_dim: size of that embedding.
 
-    Call ``(observations (B, *ob), actions (B, A), times (B, 1) or None, is_encoded=False)``
-    -> velocities ``(B, A)``. ``is_encoded=True`` skips the encoder (observations already encoded).
+    Call ``(observations (B, D), actions (B, A), times (B, 1) or None)`` -> velocities ``(B, A)``.
     """
 
     hidden_dims: Sequence[int]
     action_dim: int
     layer_norm: bool = False
-    encoder: Optional[nn.Module] = None
     use_fourier_features: bool = False
     fourier_feature_dim: int = 64
 
@@ -161,9 +150,7 @@ class ActorVectorField(nn.Module):
         if self.use_fourier_features:
             self.time_features = FourierFeatures(self.fourier_feature_dim)
 
-    def __call__(self, observations, actions, times=None, is_encoded=False):
-        if not is_encoded and self.encoder is not None:
-            observations = self.encoder(observations)
+    def __call__(self, observations, actions, times=None):
         parts = [observations, actions]
         if times is not None:
             parts.append(self.time_features(times) if self.use_fourier_features else times)
@@ -181,30 +168,23 @@ class TanhNormalActor(nn.Module):
         hidden_dims: hidden layer widths of the trunk (activate_final=True).
         action_dim: output size ``A`` (``h * action_dim`` when chunking).
         layer_norm: layer norm in the trunk.
-        log_std_min, log_std_max: bounds of the log standard deviation.
-        final_fc_init_scale: init scale of the mean and log-std heads.
-        encoder: optional observation encoder.
+        log_std_min, log_std_max: bounds of the log standard deviation (RLPD's -20 and 2).
 
-    Call ``(observations (B, *ob), temperature=1.0)`` -> a distrax distribution with event shape
-    ``(A,)`` and batch shape ``(B,)``; ``temperature`` scales the std (0 is not allowed; use the
-    tanh of the base mode, ``jnp.tanh(dist.distribution.mode())``, for deterministic actions).
+    Call ``(observations (B, D))`` -> a distrax distribution with event shape ``(A,)`` and batch
+    shape ``(B,)`` (``jnp.tanh(dist.distribution.mode())`` is the deterministic action).
     """
 
     hidden_dims: Sequence[int]
     action_dim: int
     layer_norm: bool = False
-    log_std_min: float = -5.0
+    log_std_min: float = -20.0
     log_std_max: float = 2.0
-    final_fc_init_scale: float = 1.0
-    encoder: Optional[nn.Module] = None
 
     @nn.compact
-    def __call__(self, observations, temperature: float = 1.0):
-        if self.encoder is not None:
-            observations = self.encoder(observations)
+    def __call__(self, observations):
         features = MLP(self.hidden_dims, activate_final=True, layer_norm=self.layer_norm)(observations)
-        means = nn.Dense(self.action_dim, kernel_init=default_init(self.final_fc_init_scale))(features)
-        log_stds = nn.Dense(self.action_dim, kernel_init=default_init(self.final_fc_init_scale))(features)
+        means = nn.Dense(self.action_dim, kernel_init=default_init())(features)
+        log_stds = nn.Dense(self.action_dim, kernel_init=default_init())(features)
         log_stds = jnp.clip(log_stds, self.log_std_min, self.log_std_max)
-        base = distrax.MultivariateNormalDiag(loc=means, scale_diag=jnp.exp(log_stds) * temperature)
+        base = distrax.MultivariateNormalDiag(loc=means, scale_diag=jnp.exp(log_stds))
         return distrax.Transformed(base, distrax.Block(distrax.Tanh(), ndims=1))

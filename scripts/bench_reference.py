@@ -1,0 +1,272 @@
+"""Speed of our ACFQL gradient step against the authors' code, as a ratio measured in one run.
+
+What it measures: steps/s of ``ACFQLAgent.update(batch)`` (one jitted gradient step of critic and
+actor plus the target-critic update) in this repository (agents/acfql.py) and in the authors'
+implementation (their agents/acfql.py), on the same machine, same configuration and same batches.
+
+How: each round starts two worker processes one after the other, ours then the reference's (the
+order is swapped on odd rounds so that slow drift of a shared, noisy machine cancels). The two
+codebases both have top-level packages named ``agents`` and ``utils``, so each worker runs in its
+own Python process with only its own repository root on ``sys.path``. A worker builds the agent
+from each side's ``get_config()`` with the same overrides (``horizon_length``, ``actor_type``,
+``alpha`` or ``actor_num_samples``, ``actor_hidden_dims``, ``value_hidden_dims``), builds a few fixed
+random batches with the keys and shapes of a ``sample_sequence`` batch (the same seed, so both sides
+get identical arrays; a checksum is compared), puts them on the device, runs ``--warmup`` updates
+(compilation is excluded from the timing), then times ``--steps`` sequential ``agent.update(batch)``
+calls cycling through the batches, with ``jax.block_until_ready`` on the final agent. Batch values do
+not affect the speed. ``JAX_PLATFORMS=cpu`` is forced unless ``--platform`` is given.
+
+Getting the reference code: clone the authors' repository at the commit this project reproduces,
+
+    git clone https://github.com/ColinQiyangLi/qc /path/to/qc && git -C /path/to/qc checkout 48283b4
+
+(nothing of it is copied here; the worker imports it at run time from ``--reference_dir``). Its
+``agents/__init__.py`` also imports their ACRLPD agent, which needs ``distrax`` (in our requirements).
+
+    python scripts/bench_reference.py --reference_dir=/path/to/qc                  # QC-FQL, paper size
+    python scripts/bench_reference.py --reference_dir=/path/to/qc --method=qc      # QC, best-of-32
+    python scripts/bench_reference.py --reference_dir=/path/to/qc --hidden=64 --layers=2 --batch=64
+
+What the figures mean: per round, gradient steps/s of each implementation and the ratio
+ours/reference; above 1 means our update is faster. The median ratio over rounds is the result. The
+absolute steps/s depend on the machine and its load (printed as the 1-minute load average before and
+after) and mean little on their own; the ratio, measured back to back, is what to compare.
+"""
+
+import argparse
+import hashlib
+import importlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+OUR_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKERS = ("ours", "reference")
+METHODS = {
+    "qcfql": dict(actor_type="distill-ddpg", alpha=100.0),  # QC-FQL
+    "qc": dict(actor_type="best-of-n", actor_num_samples=32),  # QC (best-of-N)
+}
+# Config keys whose values legitimately differ in form between the two sides (filled in by create()).
+SHAPE_KEYS = ("ob_dims", "action_dim")
+# Size options forwarded unchanged from the parent to the workers.
+FORWARDED = ("method", "steps", "warmup", "num_batches", "hidden", "layers", "batch", "h", "obs_dim", "action_dim",
+             "seed", "reference_dir")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--reference_dir", default=None,
+                   help="root of the authors' repository (ColinQiyangLi/qc at commit 48283b4), the folder that "
+                        "holds their agents/ and utils/; required")
+    p.add_argument("--method", choices=sorted(METHODS), default="qcfql",
+                   help="qcfql: actor_type distill-ddpg, alpha 100 (default); qc: best-of-n with 32 samples")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="rounds; each runs both implementations once, order swapped on odd rounds (default 3)")
+    p.add_argument("--steps", type=int, default=30, help="timed agent.update calls per worker (default 30)")
+    p.add_argument("--warmup", type=int, default=3,
+                   help="untimed agent.update calls before timing; the first compiles (default 3)")
+    p.add_argument("--num_batches", type=int, default=4,
+                   help="pre-built random batches the timed updates cycle through (default 4)")
+    p.add_argument("--hidden", type=int, default=512, help="width of every hidden layer, actors and critic (512)")
+    p.add_argument("--layers", type=int, default=4, help="hidden layers per MLP, actors and critic (default 4)")
+    p.add_argument("--batch", type=int, default=256, help="batch size B (default 256)")
+    p.add_argument("--h", type=int, default=5, help="action chunk length, horizon_length (default 5)")
+    p.add_argument("--obs_dim", type=int, default=40, help="observation size D (default 40)")
+    p.add_argument("--action_dim", type=int, default=5, help="single-step action size A (default 5)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the agents and of the random batches (default 0)")
+    p.add_argument("--platform", default=None,
+                   help="JAX_PLATFORMS for the workers, e.g. cuda; default cpu (forced, whatever the environment)")
+    p.add_argument("--timeout", type=float, default=3600.0,
+                   help="seconds after which a worker is killed and the run fails (default 3600)")
+    p.add_argument("--out", default=None, help="also write the table (and the settings) as JSON to this file")
+    p.add_argument("--worker", choices=WORKERS, default=None,
+                   help="internal: run one timing worker for this implementation and print one JSON line")
+    args = p.parse_args(argv)
+    for name in ("rounds", "steps", "warmup", "num_batches", "hidden", "layers", "batch", "h", "obs_dim",
+                 "action_dim"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be >= 1")
+    if args.worker != "ours":
+        if not args.reference_dir:
+            p.error("--reference_dir is required (the root of the authors' repository)")
+        args.reference_dir = os.path.abspath(os.path.expanduser(args.reference_dir))
+        if not os.path.isfile(os.path.join(args.reference_dir, "agents", "acfql.py")):
+            p.error(f"--reference_dir={args.reference_dir} has no agents/acfql.py")
+    return args
+
+
+# ----------------------------------------------------------------------------------------------- worker
+
+
+def _isolate_path(root, other):
+    """Make ``root`` the only one of the two repository roots importable (and the first entry)."""
+    drop = {os.path.realpath(d) for d in (root, other, os.getcwd()) if d}
+    sys.path[:] = [d for d in sys.path if os.path.realpath(d or os.getcwd()) not in drop]
+    sys.path.insert(0, root)
+    for name in [m for m in sys.modules if m.split(".")[0] in ("agents", "utils")]:
+        del sys.modules[name]
+
+
+def make_batches(args):
+    """``num_batches`` dicts of float32 numpy arrays shaped like a ``sample_sequence`` batch."""
+    import numpy as np
+
+    rng = np.random.default_rng(args.seed)
+    b, h, d, a = args.batch, args.h, args.obs_dim, args.action_dim
+    batches = []
+    for _ in range(args.num_batches):
+        batches.append(dict(
+            observations=rng.normal(size=(b, d)),
+            actions=rng.uniform(-1, 1, (b, h, a)),
+            next_observations=rng.normal(size=(b, h, d)),
+            rewards=rng.normal(size=(b, h)),
+            masks=(rng.uniform(size=(b, h)) > 0.01),
+            valid=np.ones((b, h)),
+            terminals=(rng.uniform(size=(b, h)) < 0.01),
+            full_observations=rng.normal(size=(b, h, d)),
+            next_actions=rng.uniform(-1, 1, (b, h, a)),
+        ))
+    return [{k: np.asarray(v, np.float32) for k, v in batch.items()} for batch in batches]
+
+
+def _checksum(batches):
+    digest = hashlib.sha256()
+    for batch in batches:
+        for key in sorted(batch):
+            digest.update(key.encode())
+            digest.update(batch[key].tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _jsonable(config):
+    return json.loads(json.dumps({k: config[k] for k in config}, default=str))
+
+
+def run_worker(args):
+    """Time ``agent.update`` of one implementation; print one JSON line."""
+    root = OUR_ROOT if args.worker == "ours" else args.reference_dir
+    _isolate_path(root, args.reference_dir if args.worker == "ours" else OUR_ROOT)
+    import jax
+    import numpy as np
+
+    module = importlib.import_module("agents.acfql")
+    if not os.path.realpath(module.__file__).startswith(os.path.realpath(root) + os.sep):
+        raise RuntimeError(f"imported {module.__file__}, expected a file under {root}")
+
+    config = module.get_config()
+    config.update(METHODS[args.method])
+    config["horizon_length"] = args.h
+    config["batch_size"] = args.batch  # read only by the drivers; set so that the configs say what was run
+    config["actor_hidden_dims"] = config["value_hidden_dims"] = (args.hidden,) * args.layers
+    ex_obs, ex_action = np.zeros(args.obs_dim, np.float32), np.zeros(args.action_dim, np.float32)
+    agent = module.ACFQLAgent.create(args.seed, ex_obs, ex_action, config)
+
+    host_batches = make_batches(args)
+    batches = [jax.device_put(b) for b in host_batches]
+    jax.block_until_ready(batches)
+
+    start = time.perf_counter()
+    for i in range(args.warmup):
+        agent, _ = agent.update(batches[i % len(batches)])
+    jax.block_until_ready(agent)
+    warmup_s = time.perf_counter() - start
+
+    start = time.perf_counter()
+    for i in range(args.steps):
+        agent, _ = agent.update(batches[i % len(batches)])
+    jax.block_until_ready(agent)
+    seconds = time.perf_counter() - start
+
+    print(json.dumps(dict(
+        worker=args.worker, module=os.path.realpath(module.__file__), steps=args.steps, seconds=seconds,
+        steps_per_s=args.steps / seconds, warmup_s=warmup_s, backend=jax.default_backend(),
+        devices=[str(d) for d in jax.devices()], batch_checksum=_checksum(host_batches),
+        config=_jsonable(agent.config),
+    )), flush=True)
+
+
+# ----------------------------------------------------------------------------------------------- parent
+
+
+def spawn(worker, args):
+    """Run one worker process; its JSON result as a dict."""
+    cmd = [sys.executable, os.path.abspath(__file__), f"--worker={worker}"]
+    cmd += [f"--{name}={getattr(args, name)}" for name in FORWARDED]
+    env = dict(os.environ, JAX_PLATFORMS=args.platform or "cpu")
+    proc = subprocess.run(cmd, env=env, cwd=OUR_ROOT if worker == "ours" else args.reference_dir,
+                          capture_output=True, text=True, timeout=args.timeout)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+        raise SystemExit(f"worker {worker} failed (exit status {proc.returncode})")
+    return json.loads(lines[-1])
+
+
+def config_differences(ours, reference):
+    """Lines naming the config keys on which the two agents differ (shape keys excluded)."""
+    lines = []
+    for key in sorted(set(ours) | set(reference)):
+        if key in SHAPE_KEYS:
+            continue
+        if key not in reference:
+            lines.append(f"  {key}: ours {ours[key]!r}, reference has no such key")
+        elif key not in ours:
+            lines.append(f"  {key}: reference {reference[key]!r}, ours has no such key")
+        elif ours[key] != reference[key]:
+            lines.append(f"  {key}: ours {ours[key]!r}, reference {reference[key]!r}")
+    return lines
+
+
+def main(args):
+    size = (f"method={args.method} {METHODS[args.method]} hidden={args.layers}x{args.hidden} batch={args.batch} "
+            f"h={args.h} obs_dim={args.obs_dim} action_dim={args.action_dim} steps={args.steps} "
+            f"warmup={args.warmup} platform={args.platform or 'cpu'}")
+    load_before = os.getloadavg()[0]
+    print(f"bench_reference: {size}")
+    print(f"reference: {args.reference_dir}   load average (1 min) at start: {load_before:.2f}", flush=True)
+    started = time.perf_counter()
+    rows, first = [], None
+    for r in range(args.rounds):
+        order = WORKERS if r % 2 == 0 else WORKERS[::-1]
+        results = {worker: spawn(worker, args) for worker in order}
+        if first is None:
+            first = results
+            if results["ours"]["batch_checksum"] != results["reference"]["batch_checksum"]:
+                raise SystemExit("the two workers built different batches")
+            diffs = config_differences(results["ours"]["config"], results["reference"]["config"])
+            print("config: the agents agree on every shared key" if not diffs
+                  else "config differences (ours vs reference):\n" + "\n".join(diffs))
+            print(f"backend: {results['ours']['backend']}")
+            print(f"{'round':>5}  {'order':<16} {'ours steps/s':>13} {'reference steps/s':>18} {'ours/reference':>15}")
+        ours, ref = results["ours"]["steps_per_s"], results["reference"]["steps_per_s"]
+        rows.append(dict(round=r + 1, order=list(order), ours_steps_per_s=ours, reference_steps_per_s=ref,
+                         ratio=ours / ref, ours_warmup_s=results["ours"]["warmup_s"],
+                         reference_warmup_s=results["reference"]["warmup_s"]))
+        print(f"{r + 1:>5}  {','.join(order):<16} {ours:>13.2f} {ref:>18.2f} {ours / ref:>15.3f}", flush=True)
+    median = statistics.median(row["ratio"] for row in rows)
+    load_after = os.getloadavg()[0]
+    wall = time.perf_counter() - started
+    print(f"median ratio ours/reference: {median:.3f} over {len(rows)} rounds (>1: ours faster)")
+    print(f"load average (1 min) at end: {load_after:.2f}   wall time: {wall:.0f} s")
+    if args.out:
+        report = dict(settings={k: v for k, v in vars(args).items() if k not in ("worker", "out")},
+                      overrides=METHODS[args.method], rows=rows, median_ratio=median,
+                      load_average_1min=dict(start=load_before, end=load_after), wall_s=wall,
+                      backend=first["ours"]["backend"], modules={w: first[w]["module"] for w in WORKERS},
+                      config_differences=config_differences(first["ours"]["config"], first["reference"]["config"]))
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=2)
+        print(f"wrote {args.out}")
+    return median
+
+
+if __name__ == "__main__":
+    cli = parse_args()
+    if cli.worker:
+        run_worker(cli)
+    else:
+        main(cli)
