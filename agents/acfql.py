@@ -10,9 +10,6 @@ Networks (one :class:`ModuleDict`, one Adam optimizer; ``params['modules_<name>'
 * ``critic``, ``target_critic``: :class:`Value` ensembles of ``num_qs`` members, ``Q(s, A)``.
 * ``actor_bc_flow``: the flow-matching velocity field ``v(s, x_t, t)`` over chunks.
 * ``actor_onestep_flow`` (distill-ddpg only): the one-step policy ``mu(s, z)``.
-* ``<name>_encoder`` for each of them when ``encoder`` is set (pixels). The encoders are separate
-  modules so that an observation is encoded once and its features are reused by every flow step
-  and every best-of-N candidate.
 
 Gradient routing (utils/flax_utils.py): a module receives gradient only when called with
 ``params=grad_params``. The TD target (target critic, and the current critic and flow that pick
@@ -29,25 +26,11 @@ import ml_collections
 import optax
 
 from agents import common
-from utils.encoders import encoder_modules
-from utils.flax_utils import ModuleDict, TrainState, gradient_and_target_step, nonpytree_field
+from utils.flax_utils import ModuleDict, TrainState, nonpytree_field
 from utils.networks import ActorVectorField, Value
 
 ACTOR_TYPES = ("best-of-n", "distill-ddpg")
 Q_AGGS = ("mean", "min")
-
-
-def _encode(network, config, name, observations, params=None):
-    """Features of ``observations`` for module ``name``: its encoder's output, or the raw observations."""
-    if config["encoder"] is None:
-        return observations
-    return network.select(f"{name}_encoder")(observations, params=params)  # (*B, F)
-
-
-def _qs(network, config, name, features, actions, params=None):
-    """Ensemble values ``(K, *B)`` of critic ``name`` (K = num_qs; an axis of 1 is kept when K = 1)."""
-    qs = network.select(name)(features, actions, params=params)
-    return qs if config["num_qs"] > 1 else qs[None]
 
 
 def _aggregate(qs, q_agg):
@@ -55,17 +38,16 @@ def _aggregate(qs, q_agg):
     return qs.min(axis=0) if q_agg == "min" else qs.mean(axis=0)
 
 
-def _euler(network, config, features, noises):
+def _euler(network, config, observations, noises):
     """``flow_steps`` Euler steps of the BC flow from ``noises`` (t = 0) to t = 1, clipped to [-1, 1].
 
-    ``features`` are already encoded (``(*B, F)``, broadcast against ``noises`` ``(*B, A)``), so the
-    encoder runs once and not once per step. Stored parameters: no gradient.
+    ``observations`` ``(*B, D)`` broadcast against ``noises`` ``(*B, A)``. Stored parameters: no gradient.
     """
     steps = config["flow_steps"]
     actions = noises
     for i in range(steps):
         t = jnp.full((*actions.shape[:-1], 1), i / steps)  # (*B, 1)
-        actions = actions + network.select("actor_bc_flow")(features, actions, t) / steps
+        actions = actions + network.select("actor_bc_flow")(observations, actions, t) / steps
     return jnp.clip(actions, -1, 1)
 
 
@@ -102,7 +84,6 @@ CONFIG_RULES = {
     "num_qs": common.int_at_least(1),
     "flow_steps": common.int_at_least(1),
     "normalize_q_loss": common.BOOL,
-    "encoder": common.unset_or(common.one_of(tuple(sorted(encoder_modules)))),
     "horizon_length": (lambda v: common.is_int(v, 1), "an int >= 1 (the driver sets it from --horizon_length)"),
     "action_chunking": common.BOOL,
     "actor_type": common.one_of(ACTOR_TYPES),
@@ -142,19 +123,16 @@ class ACFQLAgent(flax.struct.PyTreeNode):
         choosing, or the one-step actor); agg is ``q_agg`` over the target ensemble.
         """
         cfg = self.config
-        # s_{t+h}: works for state windows (B, H, D) and the pixel layout (B, h, w, H, c) alike.
-        next_observations = batch["next_observations"][..., -1, :]  # (B, *ob)
+        next_observations = batch["next_observations"][:, -1]  # (B, D): s_{t+h}
         next_actions = self.sample_actions(next_observations, rng)  # (B, A)
-        next_features = _encode(self.network, cfg, "target_critic", next_observations)
-        next_qs = _qs(self.network, cfg, "target_critic", next_features, next_actions)  # (K, B)
+        next_qs = common.ensemble_values(self.network, cfg, "target_critic", next_observations, next_actions)  # (K, B)
         next_q = _aggregate(next_qs, cfg["q_agg"])  # (B,)
         chunk_reward = batch["rewards"][..., -1]  # (B,)
         bootstrap = cfg["discount"] ** cfg["horizon_length"] * batch["masks"][..., -1]  # (B,)
         target_q = chunk_reward + bootstrap * next_q  # (B,)
 
-        features = _encode(self.network, cfg, "critic", batch["observations"], grad_params)
         actions = _policy_actions(batch["actions"], cfg)
-        q = _qs(self.network, cfg, "critic", features, actions, grad_params)  # (K, B)
+        q = common.ensemble_values(self.network, cfg, "critic", batch["observations"], actions, grad_params)  # (K, B)
         # Mean over members and batch, as in FQL and the reference.
         critic_loss = jnp.mean(batch["valid"][..., -1] * jnp.square(q - target_q))
         return critic_loss, {
@@ -183,8 +161,8 @@ class ACFQLAgent(flax.struct.PyTreeNode):
         x_0 = jax.random.normal(x_rng, (batch_size, action_dim))
         t = jax.random.uniform(t_rng, (batch_size, 1))
         x_t = (1 - t) * x_0 + t * x_1
-        features = _encode(self.network, cfg, "actor_bc_flow", batch["observations"], grad_params)
-        pred = self.network.select("actor_bc_flow")(features, x_t, t, params=grad_params)  # (B, A)
+        observations = batch["observations"]  # (B, D)
+        pred = self.network.select("actor_bc_flow")(observations, x_t, t, params=grad_params)  # (B, A)
         steps = common.policy_steps(cfg)
         error = jnp.square(pred - (x_1 - x_0)).reshape(batch_size, steps, cfg["action_dim"])  # (B, h, a)
         bc_flow_loss = jnp.mean(error * batch["valid"][:, :steps, None])
@@ -195,12 +173,11 @@ class ACFQLAgent(flax.struct.PyTreeNode):
         if cfg["actor_type"] == "distill-ddpg":
             noises = jax.random.normal(z_rng, (batch_size, action_dim))
             target_actions = jax.lax.stop_gradient(self.compute_flow_actions(batch["observations"], noises))
-            mu_features = _encode(self.network, cfg, "actor_onestep_flow", batch["observations"], grad_params)
-            mu = self.network.select("actor_onestep_flow")(mu_features, noises, params=grad_params)  # (B, A)
+            mu = self.network.select("actor_onestep_flow")(observations, noises, params=grad_params)  # (B, A)
             distill_loss = jnp.mean(jnp.square(mu - target_actions))
 
-            q_features = _encode(self.network, cfg, "critic", batch["observations"])
-            q = _qs(self.network, cfg, "critic", q_features, jnp.clip(mu, -1, 1)).mean(axis=0)  # (B,)
+            qs = common.ensemble_values(self.network, cfg, "critic", observations, jnp.clip(mu, -1, 1))  # (K, B)
+            q = qs.mean(axis=0)  # (B,)
             q_abs_mean = jnp.abs(q).mean()
             q_loss = -q.mean()
             if cfg["normalize_q_loss"]:
@@ -221,16 +198,17 @@ class ACFQLAgent(flax.struct.PyTreeNode):
         actor_loss, actor_info = self.actor_loss(batch, grad_params, actor_rng)
         return critic_loss + actor_loss, {**critic_info, **actor_info}
 
-    @jax.jit
     def update(self, batch):
-        """One gradient step and one target update; returns ``(agent, info)``."""
-        return gradient_and_target_step(self, batch)
+        """One gradient step and one target update on ``batch`` (B windows); returns ``(agent, info)``.
 
-    @jax.jit
+        Only the keys the losses read cross the jit boundary (:func:`agents.common.update`).
+        """
+        return common.update(self, batch)
+
     def batch_update(self, stacked_batches):
-        """``update`` on each batch along the leading (UTD) axis via ``lax.scan``; info averaged."""
-        agent, infos = jax.lax.scan(gradient_and_target_step, self, stacked_batches)
-        return agent, jax.tree_util.tree_map(jnp.mean, infos)
+        """``update`` on each batch along the leading (UTD) axis ``(U, B, ...)`` in one ``lax.scan``; info
+        averaged."""
+        return common.batch_update(self, stacked_batches)
 
     @jax.jit
     def sample_actions(self, observations, rng):
@@ -246,28 +224,21 @@ class ACFQLAgent(flax.struct.PyTreeNode):
         action_dim = cfg["action_dim"] * common.policy_steps(cfg)
         if cfg["actor_type"] == "distill-ddpg":
             noises = jax.random.normal(rng, (*batch_shape, action_dim))  # (*B, A)
-            features = _encode(self.network, cfg, "actor_onestep_flow", observations)
-            return jnp.clip(self.network.select("actor_onestep_flow")(features, noises), -1, 1)
+            return jnp.clip(self.network.select("actor_onestep_flow")(observations, noises), -1, 1)
 
         n = cfg["actor_num_samples"]
         noises = jax.random.normal(rng, (*batch_shape, n, action_dim))  # (*B, N, A)
-        # Difference from the reference: it repeats raw observations on axis -2, which puts N inside a
-        # pixel observation ((B, h, w, N, c)). Here the candidate axis follows the batch axes, and each
-        # observation is encoded once and its features repeated: (*B, *ob) -> (*B, F) -> (*B, N, F).
-        flow_features = _encode(self.network, cfg, "actor_bc_flow", observations)  # (*B, F)
-        flow_features = _repeat_candidates(flow_features, n, batch_axes)  # (*B, N, F)
-        actions = _euler(self.network, cfg, flow_features, noises)  # (*B, N, A)
-        q_features = _encode(self.network, cfg, "critic", observations)  # (*B, F)
-        q_features = _repeat_candidates(q_features, n, batch_axes)  # (*B, N, F)
-        q = _aggregate(_qs(self.network, cfg, "critic", q_features, actions), cfg["q_agg"])  # (*B, N)
+        repeated = _repeat_candidates(observations, n, batch_axes)  # (*B, N, D)
+        actions = _euler(self.network, cfg, repeated, noises)  # (*B, N, A)
+        qs = common.ensemble_values(self.network, cfg, "critic", repeated, actions)  # (K, *B, N)
+        q = _aggregate(qs, cfg["q_agg"])  # (*B, N)
         best = jnp.argmax(q, axis=-1)  # (*B,)
         return jnp.take_along_axis(actions, best[..., None, None], axis=-2)[..., 0, :]  # (*B, A)
 
     @jax.jit
     def compute_flow_actions(self, observations, noises):
         """BC flow samples ``(*B, A)`` in [-1, 1] from ``noises`` ``(*B, A)`` (``flow_steps`` Euler steps)."""
-        features = _encode(self.network, self.config, "actor_bc_flow", observations)
-        return _euler(self.network, self.config, features, noises)
+        return _euler(self.network, self.config, observations, noises)
 
     @staticmethod
     def check_config(config):
@@ -296,19 +267,12 @@ class ACFQLAgent(flax.struct.PyTreeNode):
         if config["actor_type"] == "distill-ddpg":  # best-of-n builds no one-step actor
             names.append("actor_onestep_flow")
         modules, args = {}, {}
-        ex_features = ex_obs
-        if config["encoder"] is not None:
-            encoder_def = encoder_modules[config["encoder"]]
-            ex_features = jax.eval_shape(encoder_def().init_with_output, init_rng, ex_obs)[0]
-            ex_features = jnp.zeros(ex_features.shape, ex_features.dtype)  # (1, F)
-            for name in names:
-                modules[f"{name}_encoder"], args[f"{name}_encoder"] = encoder_def(), (ex_obs,)
         for name in ("critic", "target_critic"):
             modules[name] = Value(
                 hidden_dims=config["value_hidden_dims"], layer_norm=config["layer_norm"],
                 num_ensembles=config["num_qs"],
             )
-            args[name] = (ex_features, ex_chunk)
+            args[name] = (ex_obs, ex_chunk)
         for name in names[2:]:
             modules[name] = ActorVectorField(
                 hidden_dims=config["actor_hidden_dims"], action_dim=full_action_dim,
@@ -316,19 +280,16 @@ class ACFQLAgent(flax.struct.PyTreeNode):
                 fourier_feature_dim=config["fourier_feature_dim"],
             )
             is_flow = name == "actor_bc_flow"
-            args[name] = (ex_features, ex_chunk, ex_times) if is_flow else (ex_features, ex_chunk)
+            args[name] = (ex_obs, ex_chunk, ex_times) if is_flow else (ex_obs, ex_chunk)
 
         network_def = ModuleDict(modules)
         params = dict(network_def.init(init_rng, **args)["params"])
         for name in [k for k in params if k.startswith("modules_target_")]:
             params[name] = params[name.replace("modules_target_", "modules_")]  # target starts as the critic
         if config["weight_decay"] > 0:
-            # Difference from the reference: the reference's adamw also decays the target critic (whose
-            # Polyak update then overwrites the decayed values). Here weight decay is masked off the
-            # target networks, which are no optimizer's business.
-            mask = {k: jax.tree_util.tree_map(lambda _, k=k: not k.startswith("modules_target_"), v)
-                    for k, v in params.items()}
-            tx = optax.adamw(learning_rate=config["lr"], weight_decay=config["weight_decay"], mask=mask)
+            # Difference from the reference: its adamw also decayed the target critic (whose Polyak update
+            # then overwrote the decayed values). Targets are outside the optimizer here (TrainState).
+            tx = optax.adamw(learning_rate=config["lr"], weight_decay=config["weight_decay"])
         else:
             tx = optax.adam(learning_rate=config["lr"])
         network = TrainState.create(network_def, params, tx=tx)
@@ -357,7 +318,6 @@ def get_config():
             num_qs=2,  # Critic ensemble size K.
             flow_steps=10,  # Euler steps of the BC flow.
             normalize_q_loss=False,  # distill-ddpg: divide the Q term by stop_gradient(mean |Q|).
-            encoder=placeholder(str),  # Pixel encoder in utils.encoders.encoder_modules (None: state).
             horizon_length=placeholder(int),  # Chunk length h; set by the driver from --horizon_length.
             action_chunking=True,  # False: actor and critic see the first action only (n-step baseline).
             # 'best-of-n' (QC, BFN) or 'distill-ddpg' (QC-FQL, FQL). The paper's QC is the default here;

@@ -29,7 +29,7 @@ import ml_collections
 import optax
 
 from agents import common
-from utils.flax_utils import ModuleDict, TrainState, gradient_and_target_step, nonpytree_field
+from utils.flax_utils import ModuleDict, TrainState, nonpytree_field
 from utils.networks import TanhNormalActor, Value
 
 Q_AGGS = ("mean", "min")
@@ -63,12 +63,6 @@ def _policy_actions(actions, config):
     if config["action_chunking"]:
         return actions.reshape(actions.shape[0], -1)  # (B, h * A)
     return actions[:, 0]  # (B, A)
-
-
-def _qs(network, config, name, observations, actions, params=None):
-    """Ensemble values ``(K, B)`` of critic ``name`` (an axis of 1 is kept when K = 1)."""
-    qs = network.select(name)(observations, actions, params=params)
-    return qs if config["num_qs"] > 1 else qs[None]
 
 
 def _log_likelihood_per_dim(dist, actions):
@@ -112,7 +106,7 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
         next_observations = batch["next_observations"][:, -1]  # (B, *ob): s_{t+h}
         next_dist = self.network.select("actor")(next_observations)
         next_actions, next_log_probs = next_dist.sample_and_log_prob(seed=sample_rng)  # (B, A), (B,)
-        next_qs = _qs(self.network, cfg, "target_critic", next_observations, next_actions)  # (K, B)
+        next_qs = common.ensemble_values(self.network, cfg, "target_critic", next_observations, next_actions)  # (K, B)
         if cfg["num_min_qs"] is not None:  # Difference from the reference: an option it lacks (RLPD's subset).
             members = jax.random.choice(subset_rng, cfg["num_qs"], (cfg["num_min_qs"],), replace=False)
             next_q = next_qs[members].min(axis=0)  # (num_min_qs, B) -> (B,)
@@ -127,8 +121,8 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
             # Difference from the reference: an option it lacks (RLPD's default; off in the paper's variants).
             target_q = target_q - bootstrap * self.network.select("temperature")() * next_log_probs
 
-        q = _qs(self.network, cfg, "critic", batch["observations"], _policy_actions(batch["actions"], cfg),
-                grad_params)  # (K, B)
+        actions = _policy_actions(batch["actions"], cfg)
+        q = common.ensemble_values(self.network, cfg, "critic", batch["observations"], actions, grad_params)  # (K, B)
         critic_loss = jnp.mean(batch["valid"][:, -1] * jnp.square(q - target_q))  # mean over K and B
         return critic_loss, {
             "critic/critic_loss": critic_loss,
@@ -155,7 +149,7 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
         observations = batch["observations"]
         dist = self.network.select("actor")(observations, params=grad_params)
         actions, log_probs = dist.sample_and_log_prob(seed=rng)  # (B, A), (B,)
-        q = _qs(self.network, cfg, "critic", observations, actions).mean(axis=0)  # (K, B) -> (B,)
+        q = common.ensemble_values(self.network, cfg, "critic", observations, actions).mean(axis=0)  # (K, B) -> (B,)
         alpha = self.network.select("temperature")()  # stored: the actor loss does not move alpha
         sac_loss = jnp.mean(alpha * log_probs - q)
 
@@ -194,16 +188,17 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
         alpha_loss, alpha_info = self.temperature_loss(grad_params, actor_info["actor/entropy"])
         return critic_loss + actor_loss + alpha_loss, {**critic_info, **actor_info, **alpha_info}
 
-    @jax.jit
     def update(self, batch):
-        """One gradient step and one target update; returns ``(agent, info)``."""
-        return gradient_and_target_step(self, batch)
+        """One gradient step and one target update on ``batch`` (B windows); returns ``(agent, info)``.
 
-    @jax.jit
+        Only the keys the losses read cross the jit boundary (:func:`agents.common.update`).
+        """
+        return common.update(self, batch)
+
     def batch_update(self, stacked_batches):
-        """``update`` on each batch along the leading (UTD) axis via ``lax.scan``; info averaged."""
-        agent, infos = jax.lax.scan(gradient_and_target_step, self, stacked_batches)
-        return agent, jax.tree_util.tree_map(jnp.mean, infos)
+        """``update`` on each batch along the leading (UTD) axis ``(U, B, ...)`` in one ``lax.scan``; info
+        averaged."""
+        return common.batch_update(self, stacked_batches)
 
     @jax.jit
     def sample_actions(self, observations, rng):
@@ -273,7 +268,6 @@ CONFIG_RULES = {
     "bc_alpha": common.NON_NEGATIVE,
     "horizon_length": (lambda v: common.is_int(v, 1), "an int >= 1 (the driver sets it from --horizon_length)"),
     "action_chunking": common.BOOL,
-    "encoder": ((lambda v: v is None), "None (pixel observations are supported by ACFQL only)"),
     "ob_dims": common.OB_DIMS,
     "action_dim": common.ACTION_DIM,
 }
@@ -321,7 +315,6 @@ def get_config():
             bc_alpha=0.0,  # Weight of -log pi(A_data | s) masked by valid (QC-RLPD: 0.01).
             horizon_length=placeholder(int),  # Chunk length h; set by the driver from --horizon_length.
             action_chunking=True,  # False: actor and critic see the first action only (n-step baseline).
-            encoder=placeholder(str),  # Must stay None: pixel observations are supported by ACFQL only.
             ob_dims=placeholder(tuple),  # Observation shape; filled in by create().
             action_dim=placeholder(int),  # Single-step action size; filled in by create().
         )

@@ -11,13 +11,20 @@ between them.
   (``rewards[:, -1]``) and bootstraps with ``gamma^h``; a longer window would combine an
   ``H``-step reward sum with ``gamma^h``.
 * :func:`policy_steps`: actions per actor/critic input (``h`` with chunking, else 1).
+* :func:`update` / :func:`batch_update`: the jitted gradient step (``lax.scan`` over the UTD axis),
+  fed only the batch keys the losses read (:data:`UPDATE_KEYS`).
+* :func:`ensemble_values`: a critic ensemble's values with the ensemble axis kept for K = 1.
 """
 
 import math
 import numbers
 from typing import Callable, Dict, Mapping, Tuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+
+from utils.flax_utils import gradient_and_target_step
 
 Rule = Tuple[Callable[[object], bool], str]
 
@@ -133,8 +140,6 @@ def check_window(actions, config: Mapping):
 
 def init_key(seed):
     """``jax.random.PRNGKey(seed)`` for an int seed; a JAX key (e.g. ``utils.seeding.jax_key``) as it is."""
-    import jax
-
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
         return jax.random.PRNGKey(seed)
     return seed
@@ -154,3 +159,48 @@ def fill_shapes(config: Dict, ex_observations, ex_actions) -> Dict:
             raise ValueError(f"--agent.{key}={config[key]!r} disagrees with the data ({value!r}); leave it unset.")
     config["ob_dims"], config["action_dim"] = ob_dims, action_dim
     return config
+
+
+# ---- the update both agents share: one jitted gradient step, or a lax.scan of them ----
+
+# The batch keys the losses read; the sampler's other keys (full_observations, next_actions,
+# terminals) never cross the jit boundary.
+UPDATE_KEYS = ("observations", "actions", "next_observations", "rewards", "masks", "valid")
+
+
+def update_inputs(batch: Mapping) -> Dict:
+    """The keys of ``batch`` that the update reads (``UPDATE_KEYS``); ``KeyError`` naming a missing one."""
+    missing = [k for k in UPDATE_KEYS if k not in batch]
+    if missing:
+        raise KeyError(f"batch lacks {missing}; an update reads {UPDATE_KEYS}.")
+    return {k: batch[k] for k in UPDATE_KEYS}
+
+
+def _jit_update(agent, batch):
+    return gradient_and_target_step(agent, batch)
+
+
+def _jit_batch_update(agent, stacked_batches):
+    agent, infos = jax.lax.scan(gradient_and_target_step, agent, stacked_batches)
+    return agent, jax.tree_util.tree_map(jnp.mean, infos)
+
+
+_jit_update = jax.jit(_jit_update)
+_jit_batch_update = jax.jit(_jit_batch_update)
+
+
+def update(agent, batch):
+    """One gradient step and one Polyak step of the targets on ``batch`` ``(B, ...)``: ``(agent, info)``."""
+    return _jit_update(agent, update_inputs(batch))
+
+
+def batch_update(agent, stacked_batches):
+    """:func:`update` on each batch along the leading (UTD) axis ``(U, B, ...)`` in one ``lax.scan``;
+    info averaged over the U steps."""
+    return _jit_batch_update(agent, update_inputs(stacked_batches))
+
+
+def ensemble_values(network, config: Mapping, name: str, inputs, actions, params=None):
+    """Values ``(K, *B)`` of critic ensemble ``name`` (K = ``num_qs``; an axis of 1 is kept when K = 1)."""
+    qs = network.select(name)(inputs, actions, params=params)
+    return qs if config["num_qs"] > 1 else qs[None]

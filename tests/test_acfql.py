@@ -21,7 +21,6 @@ from agents.acfql import ACFQLAgent, get_config
 from utils import seeding
 
 OB_DIM, ACTION_DIM, BATCH = 6, 2, 8
-PIXELS = (12, 12, 3)
 
 
 def make_config(**overrides):
@@ -45,20 +44,16 @@ def make_agent(seed=0, ob_shape=(OB_DIM,), **overrides):
     config = make_config(**overrides)
     key = (seed, ob_shape, tuple(sorted(config.to_dict().items())))
     if key not in _agents:
-        ex_obs = np.zeros(ob_shape, np.uint8 if len(ob_shape) == 3 else np.float32)
+        ex_obs = np.zeros(ob_shape, np.float32)
         _agents[key] = ACFQLAgent.create(seed, ex_obs, np.zeros(ACTION_DIM, np.float32), config)
     return _agents[key]
 
 
 def make_batch(seed, h, ob_shape=(OB_DIM,), batch_size=BATCH):
-    """A batch with the sample_sequence layout (pixels: next_observations as (B, h, w, H, c))."""
+    """A batch with the sample_sequence layout."""
     rng = np.random.default_rng(seed)
-    if len(ob_shape) == 3:
-        obs = rng.integers(0, 256, (batch_size, *ob_shape), dtype=np.uint8)
-        next_obs = np.moveaxis(rng.integers(0, 256, (batch_size, h, *ob_shape), dtype=np.uint8), 1, 3)
-    else:
-        obs = rng.normal(size=(batch_size, *ob_shape)).astype(np.float32)
-        next_obs = rng.normal(size=(batch_size, h, *ob_shape)).astype(np.float32)
+    obs = rng.normal(size=(batch_size, *ob_shape)).astype(np.float32)
+    next_obs = rng.normal(size=(batch_size, h, *ob_shape)).astype(np.float32)
     return dict(
         observations=obs,
         actions=rng.uniform(-1, 1, (batch_size, h, ACTION_DIM)).astype(np.float32),
@@ -79,12 +74,6 @@ def all_zero(tree):
     return all(np.all(np.asarray(x) == 0) for x in jax.tree_util.tree_leaves(tree))
 
 
-def encode(agent, name, obs):
-    if agent.config["encoder"] is None:
-        return obs
-    return agent.network.select(f"{name}_encoder")(obs)
-
-
 @pytest.fixture(scope="module")
 def distill_agent():
     return make_agent(actor_type="distill-ddpg")
@@ -93,15 +82,11 @@ def distill_agent():
 # ---------------------------------------------------------------- gradient routing
 
 
-@pytest.mark.parametrize(
-    "actor_type, ob_shape, encoder",
-    [("distill-ddpg", (OB_DIM,), None), ("distill-ddpg", PIXELS, "impala_debug"),
-     ("best-of-n", (OB_DIM,), None)],
-)
-def test_gradient_isolation(actor_type, ob_shape, encoder):
-    agent = make_agent(actor_type=actor_type, ob_shape=ob_shape, encoder=encoder)
-    batch, rng = make_batch(0, 5, ob_shape), jax.random.PRNGKey(1)
-    suffixes = ["", "_encoder"] if encoder else [""]
+@pytest.mark.parametrize("actor_type", ["distill-ddpg", "best-of-n"])
+def test_gradient_isolation(actor_type):
+    agent = make_agent(actor_type=actor_type)
+    batch, rng = make_batch(0, 5), jax.random.PRNGKey(1)
+    suffixes = [""]
 
     def terms(params):
         actor_loss, info = agent.actor_loss(batch, params, rng)
@@ -178,9 +163,9 @@ def test_td_target_by_hand(h, chunking, actor_type, q_agg, num_qs):
 # ---------------------------------------------------------------- best-of-N
 
 
-@pytest.mark.parametrize("ob_shape, encoder", [((OB_DIM,), None), (PIXELS, "impala_debug")])
-def test_best_of_n_picks_highest_mean_q(ob_shape, encoder):
-    agent = make_agent(ob_shape=ob_shape, encoder=encoder)
+def test_best_of_n_picks_highest_mean_q():
+    ob_shape = (OB_DIM,)
+    agent = make_agent()
     n, action_size = agent.config["actor_num_samples"], 5 * ACTION_DIM
     obs = make_batch(2, 5, ob_shape)["observations"]
     rng = jax.random.PRNGKey(7)
@@ -189,7 +174,7 @@ def test_best_of_n_picks_highest_mean_q(ob_shape, encoder):
         noises = jax.random.normal(rng, noise_shape)  # (*B, N, A)
         reps = jnp.repeat(jnp.expand_dims(obs, obs.ndim - len(ob_shape)), n, axis=obs.ndim - len(ob_shape))
         candidates = agent.compute_flow_actions(reps, noises)  # (*B, N, A)
-        q = agent.network.select("critic")(encode(agent, "critic", reps), candidates).mean(axis=0)  # (*B, N)
+        q = agent.network.select("critic")(reps, candidates).mean(axis=0)  # (*B, N)
         top2 = np.sort(np.asarray(q), axis=-1)[..., -2:]
         assert np.all(top2[..., 1] - top2[..., 0] > 1e-5)  # the argmax is unambiguous
         best = jnp.argmax(q, axis=-1)
@@ -291,11 +276,14 @@ def test_update_moves_target_by_polyak_toward_the_pre_step_critic():
 
 
 def test_weight_decay_skips_the_target_critic():
-    # After update() the Polyak step overwrites the target, so the decay mask shows only in the optimizer
-    # step itself: with zero gradients Adam moves nothing and AdamW multiplies by (1 - lr * weight_decay).
+    # After update() the Polyak step overwrites the target, so the decay shows only in the optimizer step
+    # itself: with zero gradients Adam moves nothing and AdamW multiplies by (1 - lr * weight_decay). The
+    # target critic is outside the optimizer (it takes gradients for the trainable entries only).
     agent = make_agent(weight_decay=0.1)
     params = agent.network.params
-    stepped = agent.network.apply_gradients(jax.tree_util.tree_map(jnp.zeros_like, params)).params
+    trainable, targets = flax_utils.split_targets(params)
+    assert list(targets) == ["modules_target_critic"]
+    stepped = agent.network.apply_gradients(jax.tree_util.tree_map(jnp.zeros_like, trainable)).params
     factor = 1 - agent.config["lr"] * agent.config["weight_decay"]
     for name in params:
         scale = 1.0 if name == "modules_target_critic" else factor
@@ -314,11 +302,13 @@ def test_create_leaves_config_unchanged_and_fills_a_copy():
     assert agent.config["ob_dims"] == (OB_DIM,) and agent.config["action_dim"] == ACTION_DIM
     assert agents["acfql"] is ACFQLAgent
 
-    # best-of-n builds no one-step actor: Adam holds two moments per parameter and a step count.
+    # best-of-n builds no one-step actor; Adam holds two moments per trainable parameter and a step count,
+    # none for the target critic, which only moves by Polyak averaging.
     params = agent.network.params
     assert sorted(params) == ["modules_actor_bc_flow", "modules_critic", "modules_target_critic"]
     size = lambda tree: sum(np.size(x) for x in jax.tree_util.tree_leaves(tree))
-    assert size(agent.network.opt_state) == 2 * size(params) + 1
+    trainable = size(params["modules_actor_bc_flow"]) + size(params["modules_critic"])
+    assert size(agent.network.opt_state) == 2 * trainable + 1
 
 
 def config_keys_read(source):
@@ -386,7 +376,6 @@ BAD_VALUES = {
     "num_qs": [0, True, 2.0],
     "flow_steps": [0, True],
     "normalize_q_loss": [0],
-    "encoder": ["resnet9000"],
     "horizon_length": [None, 0, True, 5.0],
     "action_chunking": [None, 1],
     "actor_type": ["sac"],

@@ -299,7 +299,6 @@ BAD_OVERRIDES = {
     "bc_alpha": [dict(bc_alpha=-0.01), dict(bc_alpha=False)],
     "horizon_length": [dict(horizon_length=None), dict(horizon_length=0), dict(horizon_length=True)],
     "action_chunking": [dict(action_chunking=None), dict(action_chunking=0)],
-    "encoder": [dict(encoder="impala_small")],
     "ob_dims": [dict(ob_dims=(0,)), dict(ob_dims=(5,))],  # the data's observations have 4 dims
     "action_dim": [dict(action_dim=0), dict(action_dim=True), dict(action_dim=7)],  # the data's actions: 2
 }

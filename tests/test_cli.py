@@ -97,7 +97,7 @@ BAD_VALUES = {
         "agent_name": "sac", "lr": "0", "batch_size": "0", "actor_hidden_dims": "(a,b)",
         "value_hidden_dims": "(0,4)", "layer_norm": "maybe", "actor_layer_norm": "2", "discount": "1.5",
         "tau": "0", "q_agg": "max", "alpha": "-1", "num_qs": "2.5", "flow_steps": "0",
-        "normalize_q_loss": "x", "encoder": "resnet9000", "horizon_length": "3",  # disagrees with --horizon_length
+        "normalize_q_loss": "x", "horizon_length": "3",  # disagrees with --horizon_length
         "action_chunking": "no", "actor_type": "sac", "actor_num_samples": "0", "use_fourier_features": "x",
         "fourier_feature_dim": "3", "weight_decay": "-0.1", "action_dim": "0", "ob_dims": "(0,)",
     },
@@ -106,7 +106,7 @@ BAD_VALUES = {
         "value_hidden_dims": "(a,)", "layer_norm": "maybe", "actor_layer_norm": "2", "discount": "0",
         "tau": "2", "num_qs": "0", "num_min_qs": "20", "q_agg": "median", "backup_entropy": "x",
         "init_temp": "0", "target_entropy_multiplier": "-1", "target_entropy": "nan", "bc_alpha": "-0.01",
-        "horizon_length": "0", "action_chunking": "x", "encoder": "impala", "action_dim": "-2", "ob_dims": "(0,)",
+        "horizon_length": "0", "action_chunking": "x", "action_dim": "-2", "ob_dims": "(0,)",
     },
 }
 

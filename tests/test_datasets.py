@@ -39,7 +39,6 @@ def random_fields(n, rng, pixel=False, p_terminal=0.1, p_mask_zero=0.2):
 def slow_sequence(f, starts, H, discount, stop_reward_at_mask_zero):
     """The contract of docs/batch_contract.md, one window and one step at a time."""
     n = len(f["rewards"])
-    pixel = f["observations"].ndim == 4
     out = {key: [] for key in SEQ_KEYS}
     for i in starts:
         total, run_mask, run_term, counting = 0.0, 1.0, 0.0, True
@@ -56,7 +55,7 @@ def slow_sequence(f, starts, H, discount, stop_reward_at_mask_zero):
             rew.append(total)
             msk.append(run_mask)
             term.append(run_term)
-        time_axis = 2 if pixel else 0  # (h, w, H, c) for pixels, (H, ob) for states
+        time_axis = 0  # (H, *ob) for any observation shape
         out["observations"].append(f["observations"][i])
         out["full_observations"].append(np.stack([f["observations"][i + k] for k in range(H)], time_axis))
         out["next_observations"].append(
@@ -103,7 +102,7 @@ def transition(t):
 # --------------------------------------------------------------------------------------------
 # sample_sequence == per-window loop
 # --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("pixel", [False, True])
+@pytest.mark.parametrize("pixel", [False, True])  # observations (3,) or images (4, 5, 3): one layout
 @pytest.mark.parametrize("stop", [False, True])
 @pytest.mark.parametrize("H", [1, 3, 5])
 def test_sample_sequence_matches_slow_loop(pixel, stop, H):
@@ -116,7 +115,7 @@ def test_sample_sequence_matches_slow_loop(pixel, stop, H):
     assert set(got) == SEQ_KEYS
     B = len(starts)
     ob = f["observations"].shape[1:]
-    pix = (ob[0], ob[1], H, ob[2]) if pixel else (H, *ob)
+    pix = (H, *ob)
     shapes = dict(observations=(B, *ob), full_observations=(B, *pix), next_observations=(B, *pix),
                   actions=(B, H, 2), next_actions=(B, H, 2))
     for key in SEQ_KEYS:

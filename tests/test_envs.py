@@ -74,7 +74,9 @@ def test_metadata_and_env_record_the_timing_that_runs(timing):
     meta = {'ogbench_version': importlib.metadata.version('ogbench'), 'success_timing': timing,
             'reward_timing': f'{timing}-step', 'task_id': 2}
     assert ogbench_utils.ogbench_metadata('cube-double-play-singletask-v0', timing) == meta
-    assert env_utils.run_metadata('scene-play-singletask-task2-v0', timing) == meta
+    other = {'post': 'pre', 'pre': 'post'}[timing]  # the offline relabelling timing is recorded on its own
+    assert env_utils.run_metadata('scene-play-singletask-task2-v0', timing, other) == {
+        **meta, 'dataset_success_timing': other}
     assert env_utils.run_metadata('unknown-env', timing) == {}
     assert 'success_timing' not in env_utils.run_metadata('lift-mh-low_dim', timing)  # robomimic: no setting
 

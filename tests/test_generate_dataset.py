@@ -172,7 +172,7 @@ def test_loader_matches_ogbench_reference_loader(puzzle_file):
     assert len(np.unique(ours['rewards'])) > 1  # button rewards are informative (-9..0)
 
     # 'post': everything the same except rewards/masks, which are those of the next stored row.
-    post = ogbench_utils.load_ogbench_dataset(puzzle_file, PUZZLE_ENV, action_clip_eps=None)
+    post = ogbench_utils.load_ogbench_dataset(puzzle_file, PUZZLE_ENV, action_clip_eps=None, success_timing='post')
     stored = _stored(puzzle_file)
     keep = np.flatnonzero(~stored['terminals'])
     nxt = {'qpos': stored['qpos'][keep + 1], 'button_states': stored['button_states'][keep + 1]}

@@ -101,7 +101,7 @@ def _make_agent(case, golden):
     params = flax.serialization.from_state_dict(
         agent.network.params, traverse_util.unflatten_dict(loaded, sep="/")
     )
-    network = agent.network.replace(params=params, opt_state=agent.network.tx.init(params))
+    network = agent.network.with_params(params)
     return agent.replace(network=network)
 
 

@@ -1,11 +1,10 @@
-"""utils/networks.py and utils/encoders.py: layer-norm placement, ensembles, shapes, tanh-Gaussian head."""
+"""utils/networks.py: layer-norm placement, ensembles, shapes, tanh-Gaussian head."""
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from utils.encoders import encoder_modules
 from utils.networks import MLP, ActorVectorField, FourierFeatures, TanhNormalActor, Value
 
 X = jax.random.normal(jax.random.PRNGKey(0), (5, 7))
@@ -75,14 +74,3 @@ def test_tanh_normal_actor_samples_inside_and_finite_log_prob():
     # Dataset actions are clipped to 1 - 1e-5 (docs/datasets.md); their log-probability is finite.
     edge = jnp.full((5, 4), 1 - 1e-5) * jnp.array([1, -1, 1, -1])
     assert np.all(np.isfinite(dist.log_prob(edge)))
-
-
-def test_impala_debug_encoder_with_extra_batch_axes():
-    encoder = encoder_modules["impala_debug"]()
-    images = jax.random.randint(jax.random.PRNGKey(8), (2, 3, 16, 16, 3), 0, 256).astype(jnp.uint8)
-    params = encoder.init(jax.random.PRNGKey(9), images[0])
-    out = encoder.apply(params, images)
-    assert out.shape == (2, 3, 16)
-    flat = encoder.apply(params, images.reshape(6, 16, 16, 3)).reshape(2, 3, 16)
-    np.testing.assert_allclose(out, flat, rtol=1e-5, atol=1e-5)
-    assert not np.allclose(out[0, 0], out[0, 1])

@@ -258,9 +258,8 @@ class Dataset(Mapping):
               observations (B, *ob), full_observations (B, H, *ob), actions (B, H, A),
               next_observations (B, H, *ob), next_actions (B, H, A) (actions of row i+k+1, the
               row index clipped to the last row held), rewards, masks, terminals, valid (B, H)
-              float32. Pixel observations (ob = (h, w, c)) use the reference layout
-              (B, h, w, H, c) for full_observations and next_observations. Observations and
-              actions keep their stored dtype.
+              float32. Observations and actions keep their stored dtype; any observation
+              shape works, with the window axis right after the batch axis.
 
         Raises:
             ValueError: sequence_length < 1 or longer than the data; malformed `idxs`.
@@ -291,10 +290,6 @@ class Dataset(Mapping):
         observations = self._fields["observations"]
         full_observations = observations[rows]  # (B, H, *ob)
         next_observations = self._fields["next_observations"][rows]  # (B, H, *ob)
-        if observations.ndim - 1 == 3:
-            # Pixels: reference layout with the time axis before the channels.
-            full_observations = np.moveaxis(full_observations, 1, 3)  # (B, h, w, H, c)
-            next_observations = np.moveaxis(next_observations, 1, 3)  # (B, h, w, H, c)
         actions = self._fields["actions"]
         return dict(
             observations=observations[rows[:, 0]],  # (B, *ob)
