@@ -1,8 +1,8 @@
 """Open-loop chunk execution and policy evaluation.
 
-:class:`ActionQueue` is the one place where chunks are executed: both the online data
-collection of the drivers and :func:`evaluate` use it. The policy is called only when the
-queue is empty, so a ``T``-step episode with chunks of ``h`` actions costs ``ceil(T / h)``
+`ActionQueue` is the one place where chunks are executed: both the online data
+collection of the drivers and `evaluate` use it. The policy is called only when the
+queue is empty, so a `T`-step episode with chunks of `h` actions costs `ceil(T / h)`
 policy calls (the reference evaluated the policy at every step and threw the result away
 while a chunk was still queued).
 """
@@ -21,14 +21,14 @@ class ActionQueue:
     """Executes action chunks open-loop, asking the policy for a new chunk only when empty.
 
     Args:
-        policy_fn: ``observation -> chunk`` with ``chunk`` of shape ``(h * action_dim,)`` (or
-            ``(action_dim,)`` without chunking); values in [-1, 1].
-        action_dim: size of one environment action ``A``; the chunk is split into
-            ``chunk.size // A`` actions executed in order.
+        policy_fn: `observation -> chunk` with `chunk` of shape `(h * action_dim,)` (or
+            `(action_dim,)` without chunking); values in [-1, 1].
+        action_dim: size of one environment action `A`; the chunk is split into
+            `chunk.size // A` actions executed in order.
 
-    ``num_policy_calls`` counts the calls of ``policy_fn`` since construction. Call
-    :meth:`reset` at every episode end so a chunk never spills into the next episode.
-    Raises ``ValueError`` when a chunk's size is not a multiple of ``action_dim``.
+    `num_policy_calls` counts the calls of `policy_fn` since construction. Call
+    `reset` at every episode end so a chunk never spills into the next episode.
+    Raises `ValueError` when a chunk's size is not a multiple of `action_dim`.
     """
 
     def __init__(self, policy_fn: Callable[[np.ndarray], np.ndarray], action_dim: int):
@@ -47,7 +47,7 @@ class ActionQueue:
         return len(self._queue)
 
     def __call__(self, observation) -> np.ndarray:
-        """The next action ``(A,)`` for ``observation``."""
+        """The next action `(A,)` for `observation`."""
         if not self._queue:
             # Difference from the reference: the policy is called only here, when the queue is
             # empty, not at every step (which wasted compute and shifted the random stream).
@@ -62,10 +62,10 @@ class ActionQueue:
 
 
 class Policy:
-    """``observation -> np.ndarray chunk`` that splits a fresh key from its own stream at each call.
+    """`observation -> np.ndarray chunk` that splits a fresh key from its own stream at each call.
 
-    The stream starts at ``rng`` and is private to this object, so evaluation never consumes the
-    training stream. ``agent`` (anything with ``sample_actions(observations, rng)``) may be
+    The stream starts at `rng` and is private to this object, so evaluation never consumes the
+    training stream. `agent` (anything with `sample_actions(observations, rng)`) may be
     replaced between calls: the online collector sets the current agent before every step.
     """
 
@@ -89,29 +89,37 @@ def _flatten(d: Dict, parent: str = "") -> Dict:
     return out
 
 
-def evaluate(agent, env, num_eval_episodes: int = 50, num_video_episodes: int = 0,
-             video_frame_skip: int = 3, action_dim: Optional[int] = None, seed: int = 0, step: int = 0,
-             progress: bool = True):
+def evaluate(
+    agent,
+    env,
+    num_eval_episodes: int = 50,
+    num_video_episodes: int = 0,
+    video_frame_skip: int = 3,
+    action_dim: Optional[int] = None,
+    seed: int = 0,
+    step: int = 0,
+    progress: bool = True,
+):
     """Run episodes with open-loop chunk execution and average the final infos.
 
     Args:
-        agent: anything with ``sample_actions(observations, rng) -> (h * A,)``.
-        env: a gymnasium env whose final ``info`` carries ``success`` (and ``episode`` from
-            :class:`envs.wrappers.EpisodeMonitor`).
+        agent: anything with `sample_actions(observations, rng) -> (h * A,)`.
+        env: a gymnasium env whose final `info` carries `success` (and `episode` from
+            `envs.wrappers.EpisodeMonitor`).
         num_eval_episodes: episodes whose statistics are averaged.
-        num_video_episodes: further episodes whose frames are rendered (``env.render()``).
+        num_video_episodes: further episodes whose frames are rendered (`env.render()`).
         video_frame_skip: keep every this-many-th frame.
-        action_dim: size of one environment action (default: ``env.action_space.shape[-1]``).
+        action_dim: size of one environment action (default: `env.action_space.shape[-1]`).
         seed, step: the run's seed and the step of this evaluation; the policy key and one reset
-            seed per episode come from :func:`utils.seeding.evaluation_streams` (``seed, step``), a
+            seed per episode come from `utils.seeding.evaluation_streams` (`seed, step`), a
             stream that no other evaluation and no training stream shares.
         progress: show a tqdm bar.
 
     Returns:
-        ``(stats, trajs, renders)``: ``stats`` maps each numeric key of the flattened final
-        ``info`` (``success``, ``episode.return``, ``episode.length``, ...) to its mean over the
-        evaluation episodes, plus ``policy_calls_per_episode``; ``trajs`` is one dict of lists per
-        evaluation episode; ``renders`` one ``(T, H, W, 3)`` array per video episode.
+        `(stats, trajs, renders)`: `stats` maps each numeric key of the flattened final
+        `info` (`success`, `episode.return`, `episode.length`, ...) to its mean over the
+        evaluation episodes, plus `policy_calls_per_episode`; `trajs` is one dict of lists per
+        evaluation episode; `renders` one `(T, H, W, 3)` array per video episode.
     """
     if action_dim is None:
         action_dim = int(env.action_space.shape[-1])

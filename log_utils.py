@@ -1,8 +1,8 @@
 """Run logging: one CSV file per prefix, optional wandb, run naming and run metadata.
 
-``Logger.log(info, prefix, step)`` writes ``info`` (a flat dict of scalars) as one row of
-``<save_dir>/<prefix>.csv`` (prefixes used by the drivers: ``eval``, ``offline_agent``,
-``online_agent``, ``env``) and, when wandb is on, as ``<prefix>/<key>`` at ``step``.
+`Logger.log(info, prefix, step)` writes `info` (a flat dict of scalars) as one row of
+`<save_dir>/<prefix>.csv` (prefixes used by the drivers: `eval`, `offline_agent`,
+`online_agent`, `env`) and, when wandb is on, as `<prefix>/<key>` at `step`.
 """
 
 import csv
@@ -29,8 +29,8 @@ class CsvLogger:
     """Appends rows to a CSV file; the header is the union of all keys seen so far.
 
     A row with a key the file does not have yet rewrites the file once with the wider header
-    (earlier rows get empty cells), so columns never shift. Every row carries ``step`` first.
-    ``resume=True`` continues an existing file instead of starting a new one.
+    (earlier rows get empty cells), so columns never shift. Every row carries `step` first.
+    `resume=True` continues an existing file instead of starting a new one.
     """
 
     def __init__(self, path: str, resume: bool = False):
@@ -61,7 +61,7 @@ class CsvLogger:
 
 
 class Logger:
-    """CSV per prefix plus optional wandb (``wandb_run`` None: CSV only)."""
+    """CSV per prefix plus optional wandb (`wandb_run` None: CSV only)."""
 
     def __init__(self, save_dir: str, wandb_run=None, resume: bool = False):
         self.save_dir = save_dir
@@ -82,14 +82,15 @@ class Logger:
             self.wandb_run.finish()
 
 
-def setup_wandb(project: str, group: str, name: str, config: Dict, mode: str, save_dir: str,
-                run_id: Optional[str] = None):
-    """Start a wandb run, or return None when ``mode == 'disabled'``.
+def setup_wandb(
+    project: str, group: str, name: str, config: Dict, mode: str, save_dir: str, run_id: Optional[str] = None
+):
+    """Start a wandb run, or return None when `mode == 'disabled'`.
 
-    ``mode`` is ``online`` (needs an account and network), ``offline`` (writes to
-    ``<save_dir>/wandb``; sync later with ``wandb sync``) or ``disabled``. No ``start_method``
-    setting is passed (current wandb rejects it). ``run_id`` resumes the run with that id.
-    Raises ``ValueError`` for an unknown mode.
+    `mode` is `online` (needs an account and network), `offline` (writes to
+    `<save_dir>/wandb`; sync later with `wandb sync`) or `disabled`. No `start_method`
+    setting is passed (current wandb rejects it). `run_id` resumes the run with that id.
+    Raises `ValueError` for an unknown mode.
     """
     if mode not in ("online", "offline", "disabled"):
         raise ValueError(f"--wandb_mode must be online, offline or disabled, got {mode!r}.")
@@ -98,20 +99,26 @@ def setup_wandb(project: str, group: str, name: str, config: Dict, mode: str, sa
     import wandb  # imported here: a CSV-only run does not pay for it
 
     return wandb.init(
-        project=project, group=group, name=name, config=config, mode=mode, dir=save_dir,
-        id=run_id, resume="allow" if run_id else None,
+        project=project,
+        group=group,
+        name=name,
+        config=config,
+        mode=mode,
+        dir=save_dir,
+        id=run_id,
+        resume="allow" if run_id else None,
     )
 
 
 def get_exp_name(env_name: str, seed: int, tag: str = "") -> str:
-    """``<timestamp>_<env_name>_sd<seed>[_tag]``, e.g. ``20261129_231500_cube-double-..._sd000``."""
+    """`<timestamp>_<env_name>_sd<seed>[_tag]`, e.g. `20261129_231500_cube-double-..._sd000`."""
     stamp = datetime.now().strftime("%Y%m%d_%H%M%S")
     name = f"{stamp}_{env_name}_sd{seed:03d}"
     return f"{name}_{tag}" if tag else name
 
 
 def write_json(path: str, data: Dict):
-    """Write ``data`` as indented JSON (non-finite floats as strings, other objects via ``str``)."""
+    """Write `data` as indented JSON (non-finite floats as strings, other objects via `str`)."""
 
     def default(obj):
         if isinstance(obj, (np.floating, np.integer)):

@@ -42,26 +42,32 @@ def main(_):
 
     # ---- Offline phase -----------------------------------------------------------------------
     start = time.time()
-    for i in tqdm.trange(1, cfg.offline_steps + 1, desc="offline", disable=not cfg.progress,
-                         smoothing=0.1, dynamic_ncols=True):
+    for i in tqdm.trange(
+        1, cfg.offline_steps + 1, desc="offline", disable=not cfg.progress, smoothing=0.1, dynamic_ncols=True
+    ):
         train_dataset = run_utils.maybe_next_shard(run, i, train_dataset)
         batch = run_utils.sample_windows(train_dataset, agent.config, agent.config["batch_size"])
         agent, info = agent.update(batch)
         if i % cfg.log_interval == 0:
-            run_utils.log_update_info(run.logger, info, "offline_agent", i, "steps_per_second",
-                                      i / (time.time() - start))
+            run_utils.log_update_info(
+                run.logger, info, "offline_agent", i, "steps_per_second", i / (time.time() - start)
+            )
         run.end_of_step(agent, i, phase="offline")
 
     # ---- Online phase ------------------------------------------------------------------------
     if cfg.online_steps > 0:
         replay_buffer = run_utils.make_replay_buffer(run, with_offline_data=True)
         collector = run_utils.OnlineCollector(
-            run.env_data.env, run.action_dim, run.env_data.reward_fn, seeding.jax_key(cfg.seed, "collector"),
+            run.env_data.env,
+            run.action_dim,
+            run.env_data.reward_fn,
+            seeding.jax_key(cfg.seed, "collector"),
         )
         utd = cfg.utd_ratio
         start = time.time()
-        for i in tqdm.trange(1, cfg.online_steps + 1, desc="online", disable=not cfg.progress,
-                             smoothing=0.1, dynamic_ncols=True):
+        for i in tqdm.trange(
+            1, cfg.online_steps + 1, desc="online", disable=not cfg.progress, smoothing=0.1, dynamic_ncols=True
+        ):
             step = run.global_step(i, "online")
             episode_info = collector.step(agent, replay_buffer)
             if episode_info is not None:
@@ -70,8 +76,9 @@ def main(_):
                 batch = run_utils.sample_windows(replay_buffer, agent.config, agent.config["batch_size"] * utd)
                 agent, info = agent.batch_update(run_utils.stack_for_utd(batch, utd))
                 if i % cfg.log_interval == 0:
-                    run_utils.log_update_info(run.logger, info, "online_agent", step, "env_steps_per_second",
-                                              i / (time.time() - start))
+                    run_utils.log_update_info(
+                        run.logger, info, "online_agent", step, "env_steps_per_second", i / (time.time() - start)
+                    )
             run.end_of_step(agent, i, phase="online")
     run.logger.close()
     logging.info("Done. Logs and checkpoints in %s", os.path.abspath(run.run_dir))

@@ -38,23 +38,29 @@ def main(_):
 
     replay_buffer = run_utils.make_replay_buffer(run, with_offline_data=False)
     collector = run_utils.OnlineCollector(
-        run.env_data.env, run.action_dim, run.env_data.reward_fn, seeding.jax_key(cfg.seed, "collector"),
+        run.env_data.env,
+        run.action_dim,
+        run.env_data.reward_fn,
+        seeding.jax_key(cfg.seed, "collector"),
     )
     h = agent.config["horizon_length"]
     start = time.time()
-    for i in tqdm.trange(1, cfg.online_steps + 1, desc="online", disable=not cfg.progress,
-                         smoothing=0.1, dynamic_ncols=True):
+    for i in tqdm.trange(
+        1, cfg.online_steps + 1, desc="online", disable=not cfg.progress, smoothing=0.1, dynamic_ncols=True
+    ):
         train_dataset = run_utils.maybe_next_shard(run, i, train_dataset)
         episode_info = collector.step(agent, replay_buffer)
         if episode_info is not None:
             run.logger.log(run_utils.episode_stats(episode_info), "env", step=i)
         if i >= cfg.start_training and (replay_buffer.size >= h or cfg.offline_ratio == 1.0):
-            batch = run_utils.sample_mixed_batch(train_dataset, replay_buffer, agent.config, cfg.utd_ratio,
-                                                 cfg.offline_ratio)
+            batch = run_utils.sample_mixed_batch(
+                train_dataset, replay_buffer, agent.config, cfg.utd_ratio, cfg.offline_ratio
+            )
             agent, info = agent.batch_update(batch)
             if i % cfg.log_interval == 0:
-                run_utils.log_update_info(run.logger, info, "online_agent", i, "env_steps_per_second",
-                                          i / (time.time() - start))
+                run_utils.log_update_info(
+                    run.logger, info, "online_agent", i, "env_steps_per_second", i / (time.time() - start)
+                )
         run.end_of_step(agent, i, phase="online")
     run.logger.close()
     logging.info("Done. Logs and checkpoints in %s", os.path.abspath(run.run_dir))

@@ -1,17 +1,17 @@
-"""The paper's methods by name: ``--method=NAME`` sets every flag and agent key that defines it.
+"""The paper's methods by name: `--method=NAME` sets every flag and agent key that defines it.
 
-One table, :data:`METHOD_DEFINITIONS` plus :data:`DOMAIN_SETTINGS`, is the only place in the code
+One table, `METHOD_DEFINITIONS` plus `DOMAIN_SETTINGS`, is the only place in the code
 that holds the paper's per-method and per-domain settings. Source: the hyperparameter and domain
 tables in the appendix of Li, Zhou, Levine, "Reinforcement Learning with Action Chunking" (NeurIPS
 2025, arXiv 2507.07969), as written out in docs/settings.md (sections 2-4) and docs/method.md
 (sections 7, 8 and 10).
 
-Setting names: a driver flag (``horizon_length``, ``sparse``) or ``agent.KEY`` for a key of the
-agent's ``get_config()`` (``agent.actor_type``). Values have the types the flags and configs have
-(``alpha`` and ``bc_alpha`` are floats, ``actor_num_samples`` an int).
+Setting names: a driver flag (`horizon_length`, `sparse`) or `agent.KEY` for a key of the
+agent's `get_config()` (`agent.actor_type`). Values have the types the flags and configs have
+(`alpha` and `bc_alpha` are floats, `actor_num_samples` an int).
 
-Methods (``main.py``: ACFQL; ``main_online.py``: ACRLPD), as :data:`METHOD_DEFINITIONS` and
-:data:`PER_DOMAIN_KEYS` set them; every method also sets the domain's ``sparse``:
+Methods (`main.py`: ACFQL; `main_online.py`: ACRLPD), as `METHOD_DEFINITIONS` and
+`PER_DOMAIN_KEYS` set them; every method also sets the domain's `sparse`:
 
     qc       h=5  actor_type=best-of-n     action_chunking=True   actor_num_samples=N(domain)
     qc-fql   h=5  actor_type=distill-ddpg  action_chunking=True   alpha(domain, QC-FQL column)
@@ -23,38 +23,38 @@ Methods (``main.py``: ACFQL; ``main_online.py``: ACRLPD), as :data:`METHOD_DEFIN
     rlpd-ac  h=5                           action_chunking=True   bc_alpha=0
     qc-rlpd  h=5                           action_chunking=True   bc_alpha=0.01
 
-(``action_chunking`` changes nothing at ``h=1``; the h=1 methods set the config default, True.)
+(`action_chunking` changes nothing at `h=1`; the h=1 methods set the config default, True.)
 
-Domains (:func:`domain_of`): the OGBench domains of the paper (``scene``, ``puzzle-3x3``,
-``cube-double``, ``cube-triple``, ``cube-quadruple``) and robomimic ``lift``, ``can``, ``square``.
+Domains (`domain_of`): the OGBench domains of the paper (`scene`, `puzzle-3x3`,
+`cube-double`, `cube-triple`, `cube-quadruple`) and robomimic `lift`, `can`, `square`.
 
-* ``cube-single`` is not in the paper. It gets ``cube-double``'s values (same robot, same dense
-  reward, one cube fewer), so that ``--method`` also works for the README's CPU job; :func:`note`
-  and :func:`describe` say so.
-* The paper ran the ``play`` datasets (OGBench) and the multi-human ``mh`` data (robomimic). A
-  ``noisy`` or ``ph`` env name gets the same domain's values, which the paper did not tune for it
-  (:func:`note` says so).
-* robomimic: docs/settings.md gives ``alpha`` (10000, all FQL variants) and ``N`` for QC (16),
-  but no ``N`` for BFN and BFN-n (the ``N = 4`` of section 3 is for OGBench). ``bfn`` and
-  ``bfn-n`` on robomimic are therefore an error unless ``--agent.actor_num_samples`` is given.
-* Any other domain (``puzzle-4x4``, ``transport``, ``tool_hang``, pixel envs) is an error.
+* `cube-single` is not in the paper. It gets `cube-double`'s values (same robot, same dense
+  reward, one cube fewer), so that `--method` also works for the README's CPU job; `note`
+  and `describe` say so.
+* The paper ran the `play` datasets (OGBench) and the multi-human `mh` data (robomimic). A
+  `noisy` or `ph` env name gets the same domain's values, which the paper did not tune for it
+  (`note` says so).
+* robomimic: docs/settings.md gives `alpha` (10000, all FQL variants) and `N` for QC (16),
+  but no `N` for BFN and BFN-n (the `N = 4` of section 3 is for OGBench). `bfn` and
+  `bfn-n` on robomimic are therefore an error unless `--agent.actor_num_samples` is given.
+* Any other domain (`puzzle-4x4`, `transport`, `tool_hang`, pixel envs) is an error.
 
-Command-line values and the method (:func:`resolve`). Everything passed explicitly wins over the
-preset, except a value that turns the run into another method, which is a ``ValueError`` that
+Command-line values and the method (`resolve`). Everything passed explicitly wins over the
+preset, except a value that turns the run into another method, which is a `ValueError` that
 names both and the method the combination is (if the paper has one). Method-defining:
 
-* ``agent.actor_type`` (``main.py``): any value other than the method's;
-* ``horizon_length``: only whether ``h == 1`` (no chunk, plain one-step RL) or ``h > 1``. A
-  chunked or n-step method with another ``h > 1`` (``--method=qc --horizon_length=3``) is the
-  paper's ablation over ``h``, the same method; for this check ``--agent.horizon_length`` counts
-  as ``--horizon_length``;
-* ``agent.action_chunking`` when the method has ``h > 1`` and the run keeps ``h > 1``; at
-  ``h == 1`` it changes nothing and any value is accepted;
-* ``agent.bc_alpha`` (``main_online.py``): only zero versus nonzero (RLPD and RLPD-AC have no BC
-  term, QC-RLPD has one; ``--method=qc-rlpd --agent.bc_alpha=0.1`` is QC-RLPD with another weight).
+* `agent.actor_type` (`main.py`): any value other than the method's;
+* `horizon_length`: only whether `h == 1` (no chunk, plain one-step RL) or `h > 1`. A
+  chunked or n-step method with another `h > 1` (`--method=qc --horizon_length=3`) is the
+  paper's ablation over `h`, the same method; for this check `--agent.horizon_length` counts
+  as `--horizon_length`;
+* `agent.action_chunking` when the method has `h > 1` and the run keeps `h > 1`; at
+  `h == 1` it changes nothing and any value is accepted;
+* `agent.bc_alpha` (`main_online.py`): only zero versus nonzero (RLPD and RLPD-AC have no BC
+  term, QC-RLPD has one; `--method=qc-rlpd --agent.bc_alpha=0.1` is QC-RLPD with another weight).
 
-Tunable (explicit values simply win): ``agent.alpha``, ``agent.actor_num_samples``, ``sparse``.
-``--sparse=False`` on scene or puzzle-3x3 is allowed; the drivers still warn about it.
+Tunable (explicit values simply win): `agent.alpha`, `agent.actor_num_samples`, `sparse`.
+`--sparse=False` on scene or puzzle-3x3 is allowed; the drivers still warn about it.
 """
 
 import re
@@ -84,7 +84,7 @@ METHOD_DEFINITIONS: Dict[str, Dict[str, object]] = {
 
 
 class DomainSettings(NamedTuple):
-    """One row of the paper's per-domain table. ``None``: the paper's tables give no value."""
+    """One row of the paper's per-domain table. `None`: the paper's tables give no value."""
 
     sparse: bool  # --sparse: r -> -(r != 0)
     alpha_fql: float  # --agent.alpha for FQL
@@ -152,18 +152,18 @@ def _parse(env_name: str) -> Tuple[str, str]:
 
 
 def domain_of(env_name: str) -> str:
-    """The domain of a supported env name, e.g. ``'cube-double'`` or ``'lift'``.
+    """The domain of a supported env name, e.g. `'cube-double'` or `'lift'`.
 
-    ``'cube-double-play-singletask-task2-v0'`` -> ``'cube-double'``, ``'lift-mh-low_dim'`` -> ``'lift'``.
+    `'cube-double-play-singletask-task2-v0'` -> `'cube-double'`, `'lift-mh-low_dim'` -> `'lift'`.
 
     Raises:
-        ValueError: a domain without a row in the paper's tables (``puzzle-4x4``, ``transport``, ...).
+        ValueError: a domain without a row in the paper's tables (`puzzle-4x4`, `transport`, ...).
     """
     return _parse(env_name)[0]
 
 
 def note(env_name: str) -> Optional[str]:
-    """Where the settings for ``env_name`` are not the paper's own, why (else ``None``)."""
+    """Where the settings for `env_name` are not the paper's own, why (else `None`)."""
     domain, dataset_type = _parse(env_name)
     notes = []
     if domain in BORROWED_DOMAINS:
@@ -196,7 +196,7 @@ def _check_method(driver: str, method: str):
 
 
 def _preset(driver: str, method: str, env_name: str) -> Dict[str, object]:
-    """The preset with ``None`` for a value the paper's tables do not give."""
+    """The preset with `None` for a value the paper's tables do not give."""
     _check_method(driver, method)
     try:
         row = _domain_row(env_name)
@@ -217,10 +217,10 @@ def _missing_message(method: str, env_name: str, name: str) -> str:
 
 
 def preset(driver: str, method: str, env_name: str) -> Dict[str, object]:
-    """Every setting that ``--method=method`` fixes for ``env_name``, as ``{setting name: value}``.
+    """Every setting that `--method=method` fixes for `env_name`, as `{setting name: value}`.
 
     Raises:
-        ValueError: a method of the other driver or an unknown one (naming ``--method`` and the
+        ValueError: a method of the other driver or an unknown one (naming `--method` and the
             accepted names), a domain without paper settings, or a value the paper's tables lack.
     """
     values = _preset(driver, method, env_name)
@@ -271,7 +271,7 @@ def _flag(name: str, value) -> str:
 
 
 def _definition_flags(method: str) -> str:
-    """The flags that define ``method`` (without ``action_chunking`` where h=1 makes it irrelevant)."""
+    """The flags that define `method` (without `action_chunking` where h=1 makes it irrelevant)."""
     definition = METHOD_DEFINITIONS[method]
     unchunked = definition["horizon_length"] == 1
     return " ".join(
@@ -315,23 +315,23 @@ def _check_contradictions(driver: str, method: str, explicit: Dict[str, object])
 def resolve(
     driver: str, method: str, env_name: str, explicit: Dict[str, object]
 ) -> Tuple[Dict[str, object], Dict[str, str]]:
-    """Combine ``--method``'s preset with what the user passed on the command line.
+    """Combine `--method`'s preset with what the user passed on the command line.
 
     Args:
-        driver: ``'main'`` or ``'main_online'``.
-        method: the ``--method`` value.
-        env_name: the ``--env_name`` value (its domain picks the per-domain values).
-        explicit: ``{setting name: value}`` for every setting the user passed on the command line
+        driver: `'main'` or `'main_online'`.
+        method: the `--method` value.
+        env_name: the `--env_name` value (its domain picks the per-domain values).
+        explicit: `{setting name: value}` for every setting the user passed on the command line
             (other flags may be present and are ignored); booleans and numbers may also be given as
-            their command-line strings (``'False'``, ``'5'``).
+            their command-line strings (`'False'`, `'5'`).
 
     Returns:
-        ``(values, sources)``: ``values`` holds the preset value of every preset setting the user did
-        not pass (apply these); ``sources`` maps every preset setting to ``'preset'`` or
-        ``'command line'``.
+        `(values, sources)`: `values` holds the preset value of every preset setting the user did
+        not pass (apply these); `sources` maps every preset setting to `'preset'` or
+        `'command line'`.
 
     Raises:
-        ValueError: an unknown method or one of the other driver (naming ``--method`` and the
+        ValueError: an unknown method or one of the other driver (naming `--method` and the
             accepted names), an explicit value that changes the method (naming both, see the module
             docstring), a domain without paper settings, or a value the paper's tables lack and the
             command line does not give.
@@ -354,9 +354,9 @@ def resolve(
 def describe(driver: str, method: str, env_name: str) -> str:
     """One line: the method, the domain and the flags the preset sets, e.g.
 
-    ``qc on cube-double: --horizon_length=5 --agent.actor_type=best-of-n --agent.action_chunking=True
-    --agent.actor_num_samples=32 --sparse=False``; a note in parentheses where the values are not the
-    paper's own (:func:`note`). Raises like :func:`preset`.
+    `qc on cube-double: --horizon_length=5 --agent.actor_type=best-of-n --agent.action_chunking=True
+    --agent.actor_num_samples=32 --sparse=False`; a note in parentheses where the values are not the
+    paper's own (`note`). Raises like `preset`.
     """
     values = preset(driver, method, env_name)
     line = f"{method} on {domain_of(env_name)}: " + " ".join(_flag(name, value) for name, value in values.items())

@@ -1,19 +1,19 @@
 """The drivers' kit: what main.py and main_online.py share, written once.
 
-* Command line: :func:`define_common_flags` (every flag with its help text), :func:`parse_flags`
-  (absl ``flags_parser``: a bad flag, an unknown ``--agent.KEY`` or a stray word ends the run with
-  one ``error:`` line and exit status 2), :class:`RunConfig` (the typed run settings, built and
-  checked once from the flags), :func:`run_cli`.
-* Errors: :class:`InputError` is a bad input found before training (flags, agent config, data
-  files, rendering); :func:`run_cli` prints it as one line. Anything raised once training has
+* Command line: `define_common_flags` (every flag with its help text), `parse_flags`
+  (absl `flags_parser`: a bad flag, an unknown `--agent.KEY` or a stray word ends the run with
+  one `error:` line and exit status 2), `RunConfig` (the typed run settings, built and
+  checked once from the flags), `run_cli`.
+* Errors: `InputError` is a bad input found before training (flags, agent config, data
+  files, rendering); `run_cli` prints it as one line. Anything raised once training has
   started keeps its traceback.
-* Setup: :func:`setup_experiment` -> :class:`Run` (envs, datasets, agent, run directory,
-  ``flags.json`` with the resolved agent config and the task that runs, CSV/wandb logger).
-* Loop pieces: :func:`sample_windows` (the one place batches are drawn, with ``horizon_length``
-  and ``discount`` read from the agent config), :func:`sample_mixed_batch`,
-  :meth:`Run.end_of_step` (checkpoint, then evaluation), :class:`OnlineCollector`.
+* Setup: `setup_experiment` -> `Run` (envs, datasets, agent, run directory,
+  `flags.json` with the resolved agent config and the task that runs, CSV/wandb logger).
+* Loop pieces: `sample_windows` (the one place batches are drawn, with `horizon_length`
+  and `discount` read from the agent config), `sample_mixed_batch`,
+  `Run.end_of_step` (checkpoint, then evaluation), `OnlineCollector`.
 
-Random streams come from :mod:`utils.seeding` (one split of ``--seed``, no aliasing).
+Random streams come from `utils.seeding` (one split of `--seed`, no aliasing).
 """
 
 import contextlib
@@ -49,16 +49,16 @@ DEFAULT_ENV = "cube-double-play-singletask-task2-v0"
 class InputError(Exception):
     """A bad input found before training: a flag, the agent config, a data file, rendering.
 
-    :func:`run_cli` prints it as one ``error: <message>`` line and exits with status 2.
+    `run_cli` prints it as one `error: <message>` line and exits with status 2.
     """
 
 
 @contextlib.contextmanager
 def input_errors():
-    """Turn the input errors raised inside the block into :class:`InputError`.
+    """Turn the input errors raised inside the block into `InputError`.
 
-    ``ValueError`` (bad value, config or data file), ``FileNotFoundError`` (missing dataset),
-    ``ImportError`` (missing optional extra) and :class:`CheckpointError` become one-line errors.
+    `ValueError` (bad value, config or data file), `FileNotFoundError` (missing dataset),
+    `ImportError` (missing optional extra) and `CheckpointError` become one-line errors.
     Use it only around setup: errors raised during training must keep their traceback.
     """
     try:
@@ -78,9 +78,9 @@ def _exit_with_error(message: str):
 
 
 def define_flags(driver: str, flag_values=FLAGS):
-    """Define every flag of ``driver`` (``'main'`` or ``'main_online'``) in ``flag_values``.
+    """Define every flag of `driver` (`'main'` or `'main_online'`) in `flag_values`.
 
-    Call once at import time of a driver (tests pass their own ``flags.FlagValues()``).
+    Call once at import time of a driver (tests pass their own `flags.FlagValues()`).
     """
     from ml_collections import config_flags
 
@@ -89,65 +89,152 @@ def define_flags(driver: str, flag_values=FLAGS):
     default_agent, default_env = AGENT_FILES[DRIVERS[driver]], DEFAULT_ENV
     fv = {"flag_values": flag_values}
     if driver == "main":
-        flags.DEFINE_integer("offline_steps", 1000000, "Number of offline gradient steps (0: skip the offline "
-                             "phase).", **fv)
+        flags.DEFINE_integer(
+            "offline_steps", 1000000, "Number of offline gradient steps (0: skip the offline phase).", **fv
+        )
     else:
-        flags.DEFINE_float("offline_ratio", 0.5, "Fraction of each batch drawn from the offline data (the rest "
-                           "from the replay buffer); floor(offline_ratio * batch_size) rows, exact for odd batch "
-                           "sizes.", **fv)
+        flags.DEFINE_float(
+            "offline_ratio",
+            0.5,
+            "Fraction of each batch drawn from the offline data (the rest "
+            "from the replay buffer); floor(offline_ratio * batch_size) rows, exact for odd batch "
+            "sizes.",
+            **fv,
+        )
     methods = "|".join(presets.METHODS[driver])
-    flags.DEFINE_string("method", None, f"Paper method by name ({methods}): sets the flags and agent keys that "
-                        "define it and the paper's per-domain values for --env_name (presets.py); flags passed "
-                        "explicitly win, except one that turns the run into another method (an error).", **fv)
+    flags.DEFINE_string(
+        "method",
+        None,
+        f"Paper method by name ({methods}): sets the flags and agent keys that "
+        "define it and the paper's per-domain values for --env_name (presets.py); flags passed "
+        "explicitly win, except one that turns the run into another method (an error).",
+        **fv,
+    )
     flags.DEFINE_string("run_group", "Debug", "wandb group and sub-folder of --save_dir for this run.", **fv)
-    flags.DEFINE_integer("seed", 0, "Random seed in [0, 2**32); every random stream of the run (agent, samplers, "
-                         "environments, evaluation) is derived from it (utils/seeding.py).", **fv)
-    flags.DEFINE_string("env_name", default_env, "Environment (and dataset) name, e.g. "
-                        "cube-double-play-singletask-task2-v0 or lift-mh-low_dim.", **fv)
+    flags.DEFINE_integer(
+        "seed",
+        0,
+        "Random seed in [0, 2**32); every random stream of the run (agent, samplers, "
+        "environments, evaluation) is derived from it (utils/seeding.py).",
+        **fv,
+    )
+    flags.DEFINE_string(
+        "env_name",
+        default_env,
+        "Environment (and dataset) name, e.g. cube-double-play-singletask-task2-v0 or lift-mh-low_dim.",
+        **fv,
+    )
     flags.DEFINE_string("save_dir", "exp/", "Root directory of run outputs (CSV logs, flags.json, checkpoints).", **fv)
     flags.DEFINE_integer("online_steps", 1000000, "Number of online environment steps.", **fv)
     flags.DEFINE_integer("buffer_size", 2000000, "Replay buffer capacity in transitions.", **fv)
     flags.DEFINE_integer("log_interval", 5000, "Log training metrics every this many steps.", **fv)
-    flags.DEFINE_integer("eval_interval", 100000, "Evaluate every this many steps of each phase (0: only at "
-                         "the end of each phase).", **fv)
+    flags.DEFINE_integer(
+        "eval_interval",
+        100000,
+        "Evaluate every this many steps of each phase (0: only at the end of each phase).",
+        **fv,
+    )
     flags.DEFINE_integer("eval_episodes", 50, "Number of evaluation episodes (success rate = mean over them).", **fv)
-    flags.DEFINE_integer("video_episodes", 0, "Number of extra rendered evaluation episodes (logged to wandb); "
-                         "needs a headless OpenGL backend (MUJOCO_GL=egl or osmesa), checked at start-up.", **fv)
+    flags.DEFINE_integer(
+        "video_episodes",
+        0,
+        "Number of extra rendered evaluation episodes (logged to wandb); "
+        "needs a headless OpenGL backend (MUJOCO_GL=egl or osmesa), checked at start-up.",
+        **fv,
+    )
     flags.DEFINE_integer("video_frame_skip", 3, "Keep every this-many-th frame in evaluation videos.", **fv)
-    flags.DEFINE_integer("save_interval", -1, "Save an agent checkpoint every this many steps (<= 0: only at "
-                         "the end of each phase).", **fv)
+    flags.DEFINE_integer(
+        "save_interval",
+        -1,
+        "Save an agent checkpoint every this many steps (<= 0: only at the end of each phase).",
+        **fv,
+    )
     flags.DEFINE_integer("start_training", 5000, "Online environment step at which gradient updates start.", **fv)
-    flags.DEFINE_integer("utd_ratio", 1, "Update-to-data ratio: gradient steps per online environment step, "
-                         "run as one lax.scan over UTD stacked batches.", **fv)
-    flags.DEFINE_integer("horizon_length", 5, "Action chunk length h (1: no chunking, plain single-step RL); "
-                         "copied into the agent config, which owns it from then on.", **fv)
-    flags.DEFINE_bool("sparse", False, "Sparse reward r -> -(r != 0), applied to the offline data and to every "
-                      "online reward (the paper uses it for scene and puzzle-3x3).", **fv)
-    flags.DEFINE_enum("success_timing", "post", ["post", "pre"], "OGBench: when reward and success are computed, "
-                      "online and in the offline relabelling alike. post: from the state after the step (ogbench "
-                      "1.1.2, the paper's numbers); pre: from the state before it (ogbench 1.2.2's default).", **fv)
-    flags.DEFINE_enum("dataset_success_timing", "pre", ["pre", "post"], "OGBench: the state the offline rewards "
-                      "and masks of transition t are relabelled from. pre: s_t (ogbench's loader in every version, "
-                      "so the paper's data); post: s_{t+1} (agrees with --success_timing=post online).", **fv)
-    flags.DEFINE_bool("stop_reward_at_mask_zero", False, "Corrected chunk reward sums: stop each window's "
-                      "discounted sum after the first step whose mask is 0 (False: the reference's sums, which "
-                      "keep adding). Applied to the offline data and the online replay buffer alike.", **fv)
+    flags.DEFINE_integer(
+        "utd_ratio",
+        1,
+        "Update-to-data ratio: gradient steps per online environment step, "
+        "run as one lax.scan over UTD stacked batches.",
+        **fv,
+    )
+    flags.DEFINE_integer(
+        "horizon_length",
+        5,
+        "Action chunk length h (1: no chunking, plain single-step RL); "
+        "copied into the agent config, which owns it from then on.",
+        **fv,
+    )
+    flags.DEFINE_bool(
+        "sparse",
+        False,
+        "Sparse reward r -> -(r != 0), applied to the offline data and to every "
+        "online reward (the paper uses it for scene and puzzle-3x3).",
+        **fv,
+    )
+    flags.DEFINE_enum(
+        "success_timing",
+        "post",
+        ["post", "pre"],
+        "OGBench: when reward and success are computed, "
+        "online and in the offline relabelling alike. post: from the state after the step (ogbench "
+        "1.1.2, the paper's numbers); pre: from the state before it (ogbench 1.2.2's default).",
+        **fv,
+    )
+    flags.DEFINE_enum(
+        "dataset_success_timing",
+        "pre",
+        ["pre", "post"],
+        "OGBench: the state the offline rewards "
+        "and masks of transition t are relabelled from. pre: s_t (ogbench's loader in every version, "
+        "so the paper's data); post: s_{t+1} (agrees with --success_timing=post online).",
+        **fv,
+    )
+    flags.DEFINE_bool(
+        "stop_reward_at_mask_zero",
+        False,
+        "Corrected chunk reward sums: stop each window's "
+        "discounted sum after the first step whose mask is 0 (False: the reference's sums, which "
+        "keep adding). Applied to the offline data and the online replay buffer alike.",
+        **fv,
+    )
     flags.DEFINE_float("dataset_proportion", 1.0, "Use only the first this fraction of the offline dataset.", **fv)
-    flags.DEFINE_integer("dataset_replace_interval", 1000, "With --ogbench_dataset_dir holding several npz "
-                         "shards: load the next shard every this many steps (0: never).", **fv)
-    flags.DEFINE_string("ogbench_dataset_dir", None, "Dataset directory: OGBench npz files (default "
-                        "~/.ogbench/data; a directory of shards is cycled, see --dataset_replace_interval), or "
-                        "for robomimic a root used in place of ~/.robomimic.", **fv)
-    flags.DEFINE_string("dataset_path", None, "Explicit path of one dataset file, an OGBench npz or a robomimic "
-                        "hdf5 (overrides --ogbench_dataset_dir).", **fv)
-    flags.DEFINE_enum("wandb_mode", "disabled", ["online", "offline", "disabled"], "wandb mode: online needs an "
-                      "account and network; offline writes locally; disabled logs to CSV only.", **fv)
+    flags.DEFINE_integer(
+        "dataset_replace_interval",
+        1000,
+        "With --ogbench_dataset_dir holding several npz shards: load the next shard every this many steps (0: never).",
+        **fv,
+    )
+    flags.DEFINE_string(
+        "ogbench_dataset_dir",
+        None,
+        "Dataset directory: OGBench npz files (default "
+        "~/.ogbench/data; a directory of shards is cycled, see --dataset_replace_interval), or "
+        "for robomimic a root used in place of ~/.robomimic.",
+        **fv,
+    )
+    flags.DEFINE_string(
+        "dataset_path",
+        None,
+        "Explicit path of one dataset file, an OGBench npz or a robomimic hdf5 (overrides --ogbench_dataset_dir).",
+        **fv,
+    )
+    flags.DEFINE_enum(
+        "wandb_mode",
+        "disabled",
+        ["online", "offline", "disabled"],
+        "wandb mode: online needs an account and network; offline writes locally; disabled logs to CSV only.",
+        **fv,
+    )
     flags.DEFINE_string("wandb_project", "qc", "wandb project name.", **fv)
     flags.DEFINE_bool("progress", True, "Show tqdm progress bars.", **fv)
     try:  # ml_collections applies the --agent.KEY overrides of sys.argv here, at definition time
-        config_flags.DEFINE_config_file("agent", default_agent, "Agent config file; override keys with "
-                                        "--agent.KEY=VALUE (e.g. --agent.actor_num_samples=32).", lock_config=False,
-                                        **fv)
+        config_flags.DEFINE_config_file(
+            "agent",
+            default_agent,
+            "Agent config file; override keys with --agent.KEY=VALUE (e.g. --agent.actor_num_samples=32).",
+            lock_config=False,
+            **fv,
+        )
     except (AttributeError, KeyError) as e:  # --agent.KEY that the config lacks
         if os.environ.get("QC_DEBUG"):
             raise
@@ -172,7 +259,7 @@ def _agent_file(argv: List[str], driver: str) -> str:
 
 
 def _unknown_agent_key_message(argv: List[str], driver: str) -> Optional[str]:
-    """The message for the first ``--agent.KEY`` that the driver's agent config does not have."""
+    """The message for the first `--agent.KEY` that the driver's agent config does not have."""
     try:
         own = _load_get_config(_agent_file(argv, driver))
     except Exception:  # noqa: BLE001 - the config file itself is broken: let absl's message stand
@@ -208,8 +295,9 @@ def _leftover_message(argv: List[str], leftovers: List[str], flag_values) -> str
         if previous.startswith("-") and "=" not in previous and name in flag_values and flag_values[name].boolean:
             base = name[2:] if name.startswith("no") and name[2:] in flag_values else name
             value = word.lower() if word.lower() in ("true", "false", "1", "0") else "false"
-            hints.append(f"{previous} {word}: a boolean takes its value after '=': --{base}={value} "
-                         f"(or --{base} / --no{base})")
+            hints.append(
+                f"{previous} {word}: a boolean takes its value after '=': --{base}={value} (or --{base} / --no{base})"
+            )
     words = " ".join(repr(w) for w in leftovers)
     message = f"unexpected word(s) on the command line: {words}"
     if hints:
@@ -218,14 +306,14 @@ def _leftover_message(argv: List[str], leftovers: List[str], flag_values) -> str
 
 
 def parse_flags(argv: List[str], driver: str, flag_values=FLAGS) -> List[str]:
-    """Parse ``argv`` into ``flag_values`` or end with one ``error:`` line and exit status 2.
+    """Parse `argv` into `flag_values` or end with one `error:` line and exit status 2.
 
-    Drivers pass ``functools.partial(parse_flags, driver=...)`` to ``app.run`` as ``flags_parser``.
+    Drivers pass `functools.partial(parse_flags, driver=...)` to `app.run` as `flags_parser`.
 
     Ends the run for: an unknown flag or a value of the wrong type (absl's message); an unknown
-    ``--agent.KEY`` (naming the key, the agent that has it and the closest valid key); any word
-    left over after parsing, e.g. ``--sparse False`` (absl reads ``--sparse`` as true and leaves
-    ``False`` over), with the accepted forms ``--sparse=false`` / ``--nosparse``.
+    `--agent.KEY` (naming the key, the agent that has it and the closest valid key); any word
+    left over after parsing, e.g. `--sparse False` (absl reads `--sparse` as true and leaves
+    `False` over), with the accepted forms `--sparse=false` / `--nosparse`.
     """
     try:
         rest = flag_values(argv)
@@ -241,10 +329,10 @@ def parse_flags(argv: List[str], driver: str, flag_values=FLAGS) -> List[str]:
 
 
 def run_cli(main_fn):
-    """Wrap a driver's ``main``: an :class:`InputError` prints ``error: <message>`` and exits with 2.
+    """Wrap a driver's `main`: an `InputError` prints `error: <message>` and exits with 2.
 
     Only input errors found before training get this form; every other exception keeps its
-    traceback. ``QC_DEBUG=1`` re-raises input errors too (with the traceback).
+    traceback. `QC_DEBUG=1` re-raises input errors too (with the traceback).
     """
 
     def wrapped(argv):
@@ -260,11 +348,11 @@ def run_cli(main_fn):
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    """The run's settings, built and checked once from the flags (:meth:`from_flags`).
+    """The run's settings, built and checked once from the flags (`from_flags`).
 
-    ``agent`` is the agent config as a plain dict with ``horizon_length`` set; it owns
-    ``horizon_length`` and ``discount`` from then on (the drivers read them only from there).
-    ``offline_steps`` is 0 and ``offline_ratio`` None for main_online.py, which has no such flags.
+    `agent` is the agent config as a plain dict with `horizon_length` set; it owns
+    `horizon_length` and `discount` from then on (the drivers read them only from there).
+    `offline_steps` is 0 and `offline_ratio` None for main_online.py, which has no such flags.
     """
 
     driver: str
@@ -306,13 +394,13 @@ class RunConfig:
 
     @property
     def flag_values(self) -> Dict:
-        """Every setting but the agent config, plus ``horizon_length`` (for ``flags.json``)."""
+        """Every setting but the agent config, plus `horizon_length` (for `flags.json`)."""
         values = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("agent", "setting_sources")}
         return {**values, "horizon_length": self.horizon_length}
 
     @classmethod
     def from_flags(cls, flag_values, driver: str) -> "RunConfig":
-        """Build from parsed absl flags; raises :class:`InputError` for every bad value."""
+        """Build from parsed absl flags; raises `InputError` for every bad value."""
         with input_errors():
             skip = ("driver", "agent", "setting_sources")
             names = [f.name for f in dataclasses.fields(cls) if f.name not in skip]
@@ -335,7 +423,7 @@ class RunConfig:
         return run_config
 
     def validate(self):
-        """Raise ``ValueError`` naming the flag for every out-of-range value or impossible run."""
+        """Raise `ValueError` naming the flag for every out-of-range value or impossible run."""
         seeding.check_seed(self.seed)
         checks = [
             ("offline_steps", self.offline_steps >= 0, "must be >= 0"),
@@ -378,25 +466,27 @@ class RunConfig:
 
 
 def _apply_method(driver: str, flag_values, values: Dict, config: Dict) -> Dict:
-    """Fill ``values`` and ``config`` from ``--method``'s preset; return each setting's source.
+    """Fill `values` and `config` from `--method`'s preset; return each setting's source.
 
-    Explicitly passed flags (``present``) and ``--agent.KEY`` overrides win (presets.resolve
+    Explicitly passed flags (`present`) and `--agent.KEY` overrides win (presets.resolve
     raises for one that changes the method).
     """
-    explicit = {name: getattr(flag_values, name) for name in ("horizon_length", "sparse")
-                if flag_values[name].present}
+    explicit = {name: getattr(flag_values, name) for name in ("horizon_length", "sparse") if flag_values[name].present}
     for key, value in flag_values["agent"].override_values.items():
         explicit[f"agent.{key}"] = value
     resolved, sources = presets.resolve(driver, values["method"], values["env_name"], explicit)
     for name, value in resolved.items():
         if name.startswith("agent."):
-            config[name[len("agent."):]] = value
+            config[name[len("agent.") :]] = value
         elif name == "horizon_length":
             config["horizon_length"] = value
         else:
             values[name] = value
-    logging.info("--method=%s: %s", values["method"],
-                 ", ".join(f"{k}={v} ({sources[k]})" for k, v in {**explicit, **resolved}.items() if k in sources))
+    logging.info(
+        "--method=%s: %s",
+        values["method"],
+        ", ".join(f"{k}={v} ({sources[k]})" for k, v in {**explicit, **resolved}.items() if k in sources),
+    )
     return sources
 
 
@@ -405,13 +495,13 @@ def _apply_method(driver: str, flag_values, values: Dict, config: Dict) -> Dict:
 
 @dataclasses.dataclass
 class Run:
-    """Everything both drivers build before their loops (:func:`setup_experiment`).
+    """Everything both drivers build before their loops (`setup_experiment`).
 
     Attributes:
         cfg: the run settings.
-        agent: the freshly created agent (``agent.config`` is the resolved config).
-        env_data: ``envs.env_utils.EnvAndDatasets`` (envs, datasets, reward transform, shards).
-        train_dataset: the offline :class:`Dataset` (its generator is the ``dataset`` stream).
+        agent: the freshly created agent (`agent.config` is the resolved config).
+        env_data: `envs.env_utils.EnvAndDatasets` (envs, datasets, reward transform, shards).
+        train_dataset: the offline `Dataset` (its generator is the `dataset` stream).
         run_dir: the run directory; logger: CSV/wandb logger.
         action_dim: size of one environment action; example: one transition (leading axis 1).
     """
@@ -429,11 +519,11 @@ class Run:
         return self.cfg.offline_steps if phase == "offline" else self.cfg.online_steps
 
     def global_step(self, step_in_phase: int, phase: str) -> int:
-        """Offline step i logs as i, online step i as ``offline_steps + i``."""
+        """Offline step i logs as i, online step i as `offline_steps + i`."""
         return step_in_phase + (self.cfg.offline_steps if phase == "online" else 0)
 
     def end_of_step(self, agent, step_in_phase: int, phase: str):
-        """Checkpoint, then evaluate, on their schedules (:func:`should_save`, :func:`should_evaluate`).
+        """Checkpoint, then evaluate, on their schedules (`should_save`, `should_evaluate`).
 
         The checkpoint comes first, so an evaluation that fails never loses the phase's work.
         """
@@ -441,22 +531,23 @@ class Run:
         if should_save(step_in_phase, phase_steps, self.cfg.save_interval):
             save_checkpoint(agent, self.run_dir, step=step, phase=phase)
         if should_evaluate(step_in_phase, phase_steps, self.cfg.eval_interval):
-            evaluate_and_log(agent, self.env_data.eval_env, self.cfg, self.logger, step=step,
-                             action_dim=self.action_dim)
+            evaluate_and_log(
+                agent, self.env_data.eval_env, self.cfg, self.logger, step=step, action_dim=self.action_dim
+            )
 
 
 def trajectory_lengths(terminals: np.ndarray) -> np.ndarray:
-    """Rows per trajectory from a 0/1 ``terminals`` column (the last trajectory may be unterminated)."""
+    """Rows per trajectory from a 0/1 `terminals` column (the last trajectory may be unterminated)."""
     ends = np.flatnonzero(np.asarray(terminals) > 0)
     bounds = np.concatenate([[-1], ends, [len(terminals) - 1] if len(terminals) and not terminals[-1] else []])
     return np.diff(bounds).astype(int)
 
 
 def check_dataset_windows(dataset: Dataset, horizon_length: int, what: str = "the offline dataset") -> bool:
-    """``ValueError`` when ``dataset`` cannot yield one window of ``horizon_length`` rows.
+    """`ValueError` when `dataset` cannot yield one window of `horizon_length` rows.
 
-    Logs a warning (and returns False) when every trajectory is shorter than ``horizon_length``:
-    then every window crosses a trajectory end and every critic target has ``valid = 0``.
+    Logs a warning (and returns False) when every trajectory is shorter than `horizon_length`:
+    then every window crosses a trajectory end and every critic target has `valid = 0`.
     """
     if dataset.size < horizon_length:
         raise ValueError(
@@ -466,22 +557,26 @@ def check_dataset_windows(dataset: Dataset, horizon_length: int, what: str = "th
     if len(lengths) and lengths.max() < horizon_length:
         logging.warning(
             "Every trajectory of %s is shorter than --horizon_length=%d (longest: %d rows): every critic "
-            "target has valid = 0, so the critic never learns.", what, horizon_length, lengths.max(),
+            "target has valid = 0, so the critic never learns.",
+            what,
+            horizon_length,
+            lengths.max(),
         )
         return False
     return True
 
 
 def check_rendering(env_name: str, env) -> None:
-    """``ValueError`` unless ``env`` can render a frame (needed for ``--video_episodes``).
+    """`ValueError` unless `env` can render a frame (needed for `--video_episodes`).
 
     Robomimic envs are built without a renderer; MuJoCo envs need a headless OpenGL backend.
     """
     from envs.env_utils import is_robomimic_env
 
     if is_robomimic_env(env_name):
-        raise ValueError(f"--video_episodes: robomimic envs ({env_name}) are built without a renderer; "
-                         "pass --video_episodes=0.")
+        raise ValueError(
+            f"--video_episodes: robomimic envs ({env_name}) are built without a renderer; pass --video_episodes=0."
+        )
     try:
         frame = env.render()
     except Exception as e:  # noqa: BLE001 - mujoco.FatalError, GLFW and PyOpenGL errors alike
@@ -490,15 +585,16 @@ def check_rendering(env_name: str, env) -> None:
             "MUJOCO_GL=osmesa (CPU, needs libosmesa) before starting, or pass --video_episodes=0."
         ) from e
     if frame is None:
-        raise ValueError("--video_episodes: the environment returned no frame (no render mode); "
-                         "pass --video_episodes=0.")
+        raise ValueError(
+            "--video_episodes: the environment returned no frame (no render mode); pass --video_episodes=0."
+        )
 
 
 def setup_run(cfg: RunConfig, agent_config: Dict, metadata: Dict):
-    """Create ``<save_dir>/<run_group>/<exp_name>/``, write ``flags.json``, return ``(run_dir, logger)``.
+    """Create `<save_dir>/<run_group>/<exp_name>/`, write `flags.json`, return `(run_dir, logger)`.
 
-    ``flags.json``: ``flags`` (every setting), ``agent`` (the config the agent was built with:
-    ``horizon_length``, ``ob_dims``, ``action_dim`` filled in) and ``metadata`` entries (ogbench
+    `flags.json`: `flags` (every setting), `agent` (the config the agent was built with:
+    `horizon_length`, `ob_dims`, `action_dim` filled in) and `metadata` entries (ogbench
     version, reward timing, the task id that runs).
     """
     exp_name = get_exp_name(cfg.env_name, cfg.seed)
@@ -516,103 +612,133 @@ def setup_run(cfg: RunConfig, agent_config: Dict, metadata: Dict):
 def setup_experiment(cfg: RunConfig) -> Run:
     """Build envs and datasets, check them, create the agent, write the run directory.
 
-    Every input error (missing or bad data file, a dataset with no window of ``horizon_length``,
-    rendering that cannot work) is raised as :class:`InputError` before training starts.
+    Every input error (missing or bad data file, a dataset with no window of `horizon_length`,
+    rendering that cannot work) is raised as `InputError` before training starts.
     """
     from envs.env_utils import make_env_and_datasets
 
     with input_errors():
         env_data = make_env_and_datasets(
-            cfg.env_name, dataset_path=cfg.dataset_path, dataset_dir=cfg.ogbench_dataset_dir,
-            dataset_proportion=cfg.dataset_proportion, sparse=cfg.sparse, seed=cfg.seed,
-            success_timing=cfg.success_timing, dataset_success_timing=cfg.dataset_success_timing,
+            cfg.env_name,
+            dataset_path=cfg.dataset_path,
+            dataset_dir=cfg.ogbench_dataset_dir,
+            dataset_proportion=cfg.dataset_proportion,
+            sparse=cfg.sparse,
+            seed=cfg.seed,
+            success_timing=cfg.success_timing,
+            dataset_success_timing=cfg.dataset_success_timing,
         )
-        train_dataset = Dataset.create(**env_data.train_dataset, rng=seeding.numpy_rng(cfg.seed, "dataset"),
-                                       stop_reward_at_mask_zero=cfg.stop_reward_at_mask_zero)
+        train_dataset = Dataset.create(
+            **env_data.train_dataset,
+            rng=seeding.numpy_rng(cfg.seed, "dataset"),
+            stop_reward_at_mask_zero=cfg.stop_reward_at_mask_zero,
+        )
         check_dataset_windows(train_dataset, cfg.horizon_length)
         if cfg.video_episodes > 0:
             check_rendering(cfg.env_name, env_data.eval_env)
         example = train_dataset.sample(1, idxs=np.zeros(1, dtype=int))
         agent = agents[cfg.agent["agent_name"]].create(
-            seeding.jax_key(cfg.seed, "agent"), example["observations"], example["actions"], cfg.agent,
+            seeding.jax_key(cfg.seed, "agent"),
+            example["observations"],
+            example["actions"],
+            cfg.agent,
         )
         run_dir, logger = setup_run(cfg, agent.config, env_data.metadata)
-    return Run(cfg=cfg, agent=agent, env_data=env_data, train_dataset=train_dataset, run_dir=run_dir,
-               logger=logger, action_dim=int(example["actions"].shape[-1]), example=example)
+    return Run(
+        cfg=cfg,
+        agent=agent,
+        env_data=env_data,
+        train_dataset=train_dataset,
+        run_dir=run_dir,
+        logger=logger,
+        action_dim=int(example["actions"].shape[-1]),
+        example=example,
+    )
 
 
 # ------------------------------------------------------------------------------------------------ loop
 
 
 def make_replay_buffer(run: Run, with_offline_data: bool) -> ReplayBuffer:
-    """The online replay buffer: ``replay_buffer`` stream, ``--stop_reward_at_mask_zero`` like the dataset.
+    """The online replay buffer: `replay_buffer` stream, `--stop_reward_at_mask_zero` like the dataset.
 
-    ``with_offline_data`` (main.py): a copy of the offline dataset as its oldest rows, capacity
-    ``max(--buffer_size, rows + 1)``; else (main_online.py) empty, capacity ``--buffer_size``.
+    `with_offline_data` (main.py): a copy of the offline dataset as its oldest rows, capacity
+    `max(--buffer_size, rows + 1)`; else (main_online.py) empty, capacity `--buffer_size`.
     """
     rng = seeding.numpy_rng(run.cfg.seed, "replay_buffer")
     stop = run.cfg.stop_reward_at_mask_zero
     if with_offline_data:
         return ReplayBuffer.create_from_initial_dataset(
-            dict(run.train_dataset), size=max(run.cfg.buffer_size, run.train_dataset.size + 1), rng=rng,
+            dict(run.train_dataset),
+            size=max(run.cfg.buffer_size, run.train_dataset.size + 1),
+            rng=rng,
             stop_reward_at_mask_zero=stop,
         )
-    example = {k: run.example[k][0] for k in
-               ("observations", "actions", "rewards", "terminals", "masks", "next_observations")}
+    example = {
+        k: run.example[k][0] for k in ("observations", "actions", "rewards", "terminals", "masks", "next_observations")
+    }
     return ReplayBuffer.create(example, size=run.cfg.buffer_size, rng=rng, stop_reward_at_mask_zero=stop)
 
 
 def sample_windows(source: Dataset, agent_config, batch_size: int) -> Dict:
-    """``batch_size`` windows of ``horizon_length`` rows, discounted with the agent's ``discount``.
+    """`batch_size` windows of `horizon_length` rows, discounted with the agent's `discount`.
 
-    The one place the drivers draw batches: the chunk contract (``h``, ``gamma``) is read from the
-    agent config, so the sampler and the critic's ``gamma^h`` can never disagree.
+    The one place the drivers draw batches: the chunk contract (`h`, `gamma`) is read from the
+    agent config, so the sampler and the critic's `gamma^h` can never disagree.
     """
-    return source.sample_sequence(batch_size, sequence_length=agent_config["horizon_length"],
-                                  discount=agent_config["discount"])
+    return source.sample_sequence(
+        batch_size, sequence_length=agent_config["horizon_length"], discount=agent_config["discount"]
+    )
 
 
 def maybe_next_shard(run: Run, step: int, dataset: Dataset) -> Dataset:
-    """The next dataset shard at every multiple of ``--dataset_replace_interval``, else ``dataset``.
+    """The next dataset shard at every multiple of `--dataset_replace_interval`, else `dataset`.
 
-    The new shard keeps drawing from the ``dataset`` stream's generator (no new seed).
+    The new shard keeps drawing from the `dataset` stream's generator (no new seed).
     """
     interval = run.cfg.dataset_replace_interval
     if run.env_data.next_shard is None or interval <= 0 or step % interval:
         return dataset
-    return Dataset.create(**run.env_data.next_shard(), rng=dataset.rng,
-                          stop_reward_at_mask_zero=dataset.stop_reward_at_mask_zero)
+    return Dataset.create(
+        **run.env_data.next_shard(), rng=dataset.rng, stop_reward_at_mask_zero=dataset.stop_reward_at_mask_zero
+    )
 
 
 def should_evaluate(step: int, phase_steps: int, eval_interval: int) -> bool:
-    """True at each multiple of ``eval_interval`` and at the last step of a phase (once each)."""
-    # Difference from the reference: it evaluated at offline step ``offline_steps - 1`` (one step
+    """True at each multiple of `eval_interval` and at the last step of a phase (once each)."""
+    # Difference from the reference: it evaluated at offline step `offline_steps - 1` (one step
     # before the end) and could evaluate twice around the end of the offline phase.
     return step == phase_steps or (eval_interval > 0 and step % eval_interval == 0)
 
 
 def should_save(step: int, phase_steps: int, save_interval: int) -> bool:
-    """True at each multiple of ``save_interval`` (when > 0) and at the last step of a phase."""
+    """True at each multiple of `save_interval` (when > 0) and at the last step of a phase."""
     return step == phase_steps or (save_interval > 0 and step % save_interval == 0)
 
 
 def save_checkpoint(agent, run_dir: str, step: int, phase: str) -> str:
-    """Save ``agent`` to ``<run_dir>/checkpoints/agent_<step>.msgpack`` (no pickle)."""
+    """Save `agent` to `<run_dir>/checkpoints/agent_<step>.msgpack` (no pickle)."""
     path = os.path.join(run_dir, "checkpoints", f"agent_{step}.msgpack")
     return save_agent(agent, path, metadata={"step": int(step), "phase": phase})
 
 
 def evaluate_and_log(agent, eval_env, cfg: RunConfig, logger: Logger, step: int, action_dim: int) -> Dict:
-    """Run :func:`evaluation.evaluate` and log its stats under ``eval`` at ``step``.
+    """Run `evaluation.evaluate` and log its stats under `eval` at `step`.
 
-    The evaluation's policy key and reset seeds are the ``evaluation`` stream of ``cfg.seed`` at
-    ``step`` (:func:`utils.seeding.evaluation_streams`), never the training streams. Returns the
-    stats (``success`` is the success rate).
+    The evaluation's policy key and reset seeds are the `evaluation` stream of `cfg.seed` at
+    `step` (`utils.seeding.evaluation_streams`), never the training streams. Returns the
+    stats (`success` is the success rate).
     """
     start = time.time()
     stats, _, renders = evaluate(
-        agent, eval_env, num_eval_episodes=cfg.eval_episodes, num_video_episodes=cfg.video_episodes,
-        video_frame_skip=cfg.video_frame_skip, action_dim=action_dim, seed=cfg.seed, step=step,
+        agent,
+        eval_env,
+        num_eval_episodes=cfg.eval_episodes,
+        num_video_episodes=cfg.video_episodes,
+        video_frame_skip=cfg.video_frame_skip,
+        action_dim=action_dim,
+        seed=cfg.seed,
+        step=step,
         progress=cfg.progress,
     )
     stats["time"] = time.time() - start
@@ -627,14 +753,14 @@ def evaluate_and_log(agent, eval_env, cfg: RunConfig, logger: Logger, step: int,
 
 
 def log_update_info(logger: Logger, info: Dict, prefix: str, step: int, rate_key: str, rate: float):
-    """Fetch an update's metrics from the device, add ``time/<rate_key>`` and log them under ``prefix``."""
+    """Fetch an update's metrics from the device, add `time/<rate_key>` and log them under `prefix`."""
     info = jax.device_get(info)
     info[f"time/{rate_key}"] = rate
     logger.log(info, prefix, step=step)
 
 
 def episode_stats(info: Dict) -> Dict:
-    """Success, return and length of a finished training episode (for the ``env`` CSV)."""
+    """Success, return and length of a finished training episode (for the `env` CSV)."""
     stats = {"success": float(info.get("success", np.nan))}
     for k, v in info.get("episode", {}).items():
         stats[f"episode.{k}"] = float(v)
@@ -642,7 +768,7 @@ def episode_stats(info: Dict) -> Dict:
 
 
 def stack_for_utd(batch: Dict, utd_ratio: int) -> Dict:
-    """Reshape a batch of ``utd_ratio * B`` rows to ``(utd_ratio, B, ...)`` for ``batch_update``."""
+    """Reshape a batch of `utd_ratio * B` rows to `(utd_ratio, B, ...)` for `batch_update`."""
     return jax.tree_util.tree_map(lambda x: x.reshape((utd_ratio, -1) + x.shape[1:]), batch)
 
 
@@ -652,17 +778,17 @@ class OnlineCollector:
     Args:
         env: training env (gymnasium API).
         action_dim: size of one environment action.
-        reward_fn: the online reward transform of the env (``envs`` applies the same one to the
+        reward_fn: the online reward transform of the env (`envs` applies the same one to the
             offline data: sparse rewards, robomimic's -1 shift).
-        rng: the collector's own JAX key stream (``collector`` stream of the run's seed).
-        reset_seed: seed of the first ``env.reset``; None (the drivers) continues the env's own
-            stream, seeded once by ``envs.env_utils.make_env_and_datasets`` (``env`` stream).
+        rng: the collector's own JAX key stream (`collector` stream of the run's seed).
+        reset_seed: seed of the first `env.reset`; None (the drivers) continues the env's own
+            stream, seeded once by `envs.env_utils.make_env_and_datasets` (`env` stream).
 
-    ``step(agent, buffer)`` executes one action of the current chunk (a new chunk is asked of
-    ``agent`` when the queue is empty), adds ``(observations, actions, rewards, terminals, masks,
-    next_observations)`` with ``terminals = terminated or truncated`` (trajectory end) and
-    ``masks = 1 - terminated`` (no bootstrap only on a true termination), resets the env and the
-    chunk queue at episode ends, and returns the final ``info`` of a finished episode (else None).
+    `step(agent, buffer)` executes one action of the current chunk (a new chunk is asked of
+    `agent` when the queue is empty), adds `(observations, actions, rewards, terminals, masks,
+    next_observations)` with `terminals = terminated or truncated` (trajectory end) and
+    `masks = 1 - terminated` (no bootstrap only on a true termination), resets the env and the
+    chunk queue at episode ends, and returns the final `info` of a finished episode (else None).
     """
 
     def __init__(self, env, action_dim: int, reward_fn, rng, reset_seed: Optional[int] = None):
@@ -677,14 +803,16 @@ class OnlineCollector:
         action = self.queue(self.observation)
         next_observation, reward, terminated, truncated, info = self.env.step(action)
         done = bool(terminated or truncated)
-        buffer.add_transition(dict(
-            observations=self.observation,
-            actions=np.asarray(action, dtype=np.float32),
-            rewards=np.float32(self.reward_fn(reward)),
-            terminals=np.float32(done),
-            masks=np.float32(1.0 - float(terminated)),
-            next_observations=next_observation,
-        ))
+        buffer.add_transition(
+            dict(
+                observations=self.observation,
+                actions=np.asarray(action, dtype=np.float32),
+                rewards=np.float32(self.reward_fn(reward)),
+                terminals=np.float32(done),
+                masks=np.float32(1.0 - float(terminated)),
+                next_observations=next_observation,
+            )
+        )
         if done:
             self.observation, _ = self.env.reset()
             self.queue.reset()
@@ -694,10 +822,10 @@ class OnlineCollector:
 
 
 def mixed_batch_sizes(batch_size: int, offline_ratio: float):
-    """``(n_offline, n_online)`` with ``n_offline = floor(offline_ratio * batch_size)``.
+    """`(n_offline, n_online)` with `n_offline = floor(offline_ratio * batch_size)`.
 
-    The two always add up to ``batch_size`` (odd sizes too: 255 at ratio 0.5 -> 127 + 128).
-    Raises ``ValueError`` when ``offline_ratio`` is outside [0, 1].
+    The two always add up to `batch_size` (odd sizes too: 255 at ratio 0.5 -> 127 + 128).
+    Raises `ValueError` when `offline_ratio` is outside [0, 1].
     """
     if not 0.0 <= offline_ratio <= 1.0:
         raise ValueError(f"--offline_ratio={offline_ratio} must be in [0, 1].")
@@ -708,10 +836,10 @@ def mixed_batch_sizes(batch_size: int, offline_ratio: float):
 
 
 def sample_mixed_batch(offline_dataset, replay_buffer, agent_config, utd_ratio: int, offline_ratio: float) -> Dict:
-    """``(utd_ratio, batch_size, ...)`` windows; in every UTD slice the first ``n_offline`` rows come
-    from ``offline_dataset`` and the other ``n_online`` from ``replay_buffer`` (RLPD's symmetric
-    sampling at ``offline_ratio=0.5``; see :func:`mixed_batch_sizes`). ``batch_size``,
-    ``horizon_length`` and ``discount`` are read from ``agent_config``.
+    """`(utd_ratio, batch_size, ...)` windows; in every UTD slice the first `n_offline` rows come
+    from `offline_dataset` and the other `n_online` from `replay_buffer` (RLPD's symmetric
+    sampling at `offline_ratio=0.5`; see `mixed_batch_sizes`). `batch_size`,
+    `horizon_length` and `discount` are read from `agent_config`.
     """
     n_offline, n_online = mixed_batch_sizes(agent_config["batch_size"], offline_ratio)
     parts = []
@@ -724,9 +852,29 @@ def sample_mixed_batch(offline_dataset, replay_buffer, agent_config, utd_ratio: 
 
 
 __all__ = [
-    "InputError", "input_errors", "define_flags", "parse_flags", "run_cli", "RunConfig", "Run",
-    "setup_experiment", "setup_run", "check_dataset_windows", "check_rendering", "trajectory_lengths",
-    "sample_windows", "make_replay_buffer", "maybe_next_shard", "should_evaluate", "should_save", "save_checkpoint",
-    "evaluate_and_log", "log_update_info", "episode_stats", "stack_for_utd", "OnlineCollector",
-    "mixed_batch_sizes", "sample_mixed_batch",
+    "InputError",
+    "input_errors",
+    "define_flags",
+    "parse_flags",
+    "run_cli",
+    "RunConfig",
+    "Run",
+    "setup_experiment",
+    "setup_run",
+    "check_dataset_windows",
+    "check_rendering",
+    "trajectory_lengths",
+    "sample_windows",
+    "make_replay_buffer",
+    "maybe_next_shard",
+    "should_evaluate",
+    "should_save",
+    "save_checkpoint",
+    "evaluate_and_log",
+    "log_update_info",
+    "episode_stats",
+    "stack_for_utd",
+    "OnlineCollector",
+    "mixed_batch_sizes",
+    "sample_mixed_batch",
 ]

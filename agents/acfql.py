@@ -1,20 +1,20 @@
 """ACFQL: flow Q-learning with action chunking (Q-chunking; Li, Zhou, Levine, NeurIPS 2025).
 
-One agent for QC / BFN (``actor_type='best-of-n'``) and QC-FQL / FQL (``actor_type='distill-ddpg'``);
-see docs/method.md. With ``action_chunking`` the actor and critic work on whole chunks
-``A_t = a_{t:t+h}`` (flattened to ``h * action_dim``); without it they see only ``a_t`` while the
-h-step reward sum and the ``gamma^h`` bootstrap stay (the n-step baseline).
+One agent for QC / BFN (`actor_type='best-of-n'`) and QC-FQL / FQL (`actor_type='distill-ddpg'`);
+see docs/method.md. With `action_chunking` the actor and critic work on whole chunks
+`A_t = a_{t:t+h}` (flattened to `h * action_dim`); without it they see only `a_t` while the
+h-step reward sum and the `gamma^h` bootstrap stay (the n-step baseline).
 
-Networks (one :class:`ModuleDict`, one Adam optimizer; ``params['modules_<name>']``):
+Networks (one `ModuleDict`, one Adam optimizer; `params['modules_<name>']`):
 
-* ``critic``, ``target_critic``: :class:`Value` ensembles of ``num_qs`` members, ``Q(s, A)``.
-* ``actor_bc_flow``: the flow-matching velocity field ``v(s, x_t, t)`` over chunks.
-* ``actor_onestep_flow`` (distill-ddpg only): the one-step policy ``mu(s, z)``.
+* `critic`, `target_critic`: `Value` ensembles of `num_qs` members, `Q(s, A)`.
+* `actor_bc_flow`: the flow-matching velocity field `v(s, x_t, t)` over chunks.
+* `actor_onestep_flow` (distill-ddpg only): the one-step policy `mu(s, z)`.
 
 Gradient routing (utils/flax_utils.py): a module receives gradient only when called with
-``params=grad_params``. The TD target (target critic, and the current critic and flow that pick
-the next chunk), the distillation target ``flow(s, z)`` and the critic inside the actor's Q term
-are called without ``params=`` and get exactly zero gradient (tests/test_acfql.py checks this).
+`params=grad_params`. The TD target (target critic, and the current critic and flow that pick
+the next chunk), the distillation target `flow(s, z)` and the critic inside the actor's Q term
+are called without `params=` and get exactly zero gradient (tests/test_acfql.py checks this).
 """
 
 from typing import Any
@@ -34,14 +34,14 @@ Q_AGGS = ("mean", "min")
 
 
 def _aggregate(qs, q_agg):
-    """Ensemble aggregation ``(K, *B) -> (*B)`` by ``q_agg`` ('mean' or 'min')."""
+    """Ensemble aggregation `(K, *B) -> (*B)` by `q_agg` ('mean' or 'min')."""
     return qs.min(axis=0) if q_agg == "min" else qs.mean(axis=0)
 
 
 def _euler(network, config, observations, noises):
-    """``flow_steps`` Euler steps of the BC flow from ``noises`` (t = 0) to t = 1, clipped to [-1, 1].
+    """`flow_steps` Euler steps of the BC flow from `noises` (t = 0) to t = 1, clipped to [-1, 1].
 
-    ``observations`` ``(*B, D)`` broadcast against ``noises`` ``(*B, A)``. Stored parameters: no gradient.
+    `observations` `(*B, D)` broadcast against `noises` `(*B, A)`. Stored parameters: no gradient.
     """
     steps = config["flow_steps"]
     actions = noises
@@ -52,16 +52,16 @@ def _euler(network, config, observations, noises):
 
 
 def _repeat_candidates(x, n, axis):
-    """Insert the best-of-N axis at ``axis`` (right after the batch axes): (*B, ...) -> (*B, N, ...)."""
+    """Insert the best-of-N axis at `axis` (right after the batch axes): (*B, ...) -> (*B, N, ...)."""
     return jnp.repeat(jnp.expand_dims(x, axis), n, axis=axis)
 
 
 def _policy_actions(actions, config):
-    """Dataset actions ``(B, h, action_dim)`` as the actor and critic see them: the flattened chunk
-    ``(B, h * action_dim)`` with ``action_chunking``, else the first action ``(B, action_dim)``.
+    """Dataset actions `(B, h, action_dim)` as the actor and critic see them: the flattened chunk
+    `(B, h * action_dim)` with `action_chunking`, else the first action `(B, action_dim)`.
 
-    Raises ``ValueError`` when the windows do not have exactly ``horizon_length`` steps
-    (:func:`agents.common.check_window`): ``rewards[:, -1]`` and ``masks[:, -1]`` must be step h.
+    Raises `ValueError` when the windows do not have exactly `horizon_length` steps
+    (`agents.common.check_window`): `rewards[:, -1]` and `masks[:, -1]` must be step h.
     """
     common.check_window(actions, config)
     if config["action_chunking"]:
@@ -97,9 +97,9 @@ CONFIG_RULES = {
 
 
 def check_config(config):
-    """A plain-dict copy of ``config`` (hashable for jit), every key checked by ``CONFIG_RULES``.
+    """A plain-dict copy of `config` (hashable for jit), every key checked by `CONFIG_RULES`.
 
-    Raises ``ValueError`` naming the key (``--agent.KEY``) for an unknown key or a bad value.
+    Raises `ValueError` naming the key (`--agent.KEY`) for an unknown key or a bad value.
     """
     return common.check_config(config, CONFIG_RULES, "acfql")
 
@@ -112,15 +112,15 @@ class ACFQLAgent(flax.struct.PyTreeNode):
     config: Any = nonpytree_field()
 
     def critic_loss(self, batch, grad_params, rng):
-        """TD loss of the chunked critic ensemble on windows of ``h`` steps (``rng``: the next chunk)::
+        """TD loss of the chunked critic ensemble on windows of `h` steps (`rng`: the next chunk)::
 
             chunk_reward = rewards[:, -1]                    # sum_{k<h} gamma^k r_{t+k}
             next_q       = agg_k Qbar_k(s_{t+h}, A')         # A' = sample_actions(s_{t+h}, rng)
             target_q     = chunk_reward + gamma^h * masks[:, -1] * next_q
             critic_loss  = mean_{k,b} valid[b, -1] * (Q_k(s_t, A_t) - target_q)^2
 
-        ``A'`` is drawn by the acting procedure (best-of-N over the flow with the current critic
-        choosing, or the one-step actor); agg is ``q_agg`` over the target ensemble.
+        `A'` is drawn by the acting procedure (best-of-N over the flow with the current critic
+        choosing, or the one-step actor); agg is `q_agg` over the target ensemble.
         """
         cfg = self.config
         next_observations = batch["next_observations"][:, -1]  # (B, D): s_{t+h}
@@ -152,7 +152,7 @@ class ACFQLAgent(flax.struct.PyTreeNode):
             q_loss       = -mean_b mean_k Q_k(s, clip(mu(s, z)))  # critic: no gradient
             actor_loss   = bc_flow_loss + alpha * distill_loss + q_loss
 
-        With ``normalize_q_loss`` the Q term is divided by ``stop_gradient(mean |Q|)``.
+        With `normalize_q_loss` the Q term is divided by `stop_gradient(mean |Q|)`.
         """
         cfg = self.config
         x_1 = _policy_actions(batch["actions"], cfg)  # (B, A)
@@ -192,31 +192,31 @@ class ACFQLAgent(flax.struct.PyTreeNode):
         return actor_loss, {"actor/actor_loss": actor_loss, "actor/bc_flow_loss": bc_flow_loss, **info}
 
     def total_loss(self, batch, grad_params, rng):
-        """``critic_loss + actor_loss`` with independent randomness; info of both."""
+        """`critic_loss + actor_loss` with independent randomness; info of both."""
         critic_rng, actor_rng = jax.random.split(rng)
         critic_loss, critic_info = self.critic_loss(batch, grad_params, critic_rng)
         actor_loss, actor_info = self.actor_loss(batch, grad_params, actor_rng)
         return critic_loss + actor_loss, {**critic_info, **actor_info}
 
     def update(self, batch):
-        """One gradient step and one target update on ``batch`` (B windows); returns ``(agent, info)``.
+        """One gradient step and one target update on `batch` (B windows); returns `(agent, info)`.
 
-        Only the keys the losses read cross the jit boundary (:func:`agents.common.update`).
+        Only the keys the losses read cross the jit boundary (`agents.common.update`).
         """
         return common.update(self, batch)
 
     def batch_update(self, stacked_batches):
-        """``update`` on each batch along the leading (UTD) axis ``(U, B, ...)`` in one ``lax.scan``; info
+        """`update` on each batch along the leading (UTD) axis `(U, B, ...)` in one `lax.scan`; info
         averaged."""
         return common.batch_update(self, stacked_batches)
 
     @jax.jit
     def sample_actions(self, observations, rng):
-        """Actions in [-1, 1] for ``observations`` ``(*B, *ob)`` (``*B`` may be empty).
+        """Actions in [-1, 1] for `observations` `(*B, *ob)` (`*B` may be empty).
 
-        Returns ``(*B, h * action_dim)`` with ``action_chunking``, else ``(*B, action_dim)``.
-        best-of-n: N = ``actor_num_samples`` flow samples per observation; the one with the highest
-        ``q_agg`` value of the current critic is returned. distill-ddpg: ``clip(mu(s, z))``.
+        Returns `(*B, h * action_dim)` with `action_chunking`, else `(*B, action_dim)`.
+        best-of-n: N = `actor_num_samples` flow samples per observation; the one with the highest
+        `q_agg` value of the current critic is returned. distill-ddpg: `clip(mu(s, z))`.
         """
         cfg = self.config
         batch_axes = observations.ndim - len(cfg["ob_dims"])
@@ -237,21 +237,21 @@ class ACFQLAgent(flax.struct.PyTreeNode):
 
     @jax.jit
     def compute_flow_actions(self, observations, noises):
-        """BC flow samples ``(*B, A)`` in [-1, 1] from ``noises`` ``(*B, A)`` (``flow_steps`` Euler steps)."""
+        """BC flow samples `(*B, A)` in [-1, 1] from `noises` `(*B, A)` (`flow_steps` Euler steps)."""
         return _euler(self.network, self.config, observations, noises)
 
     @staticmethod
     def check_config(config):
-        """See :func:`check_config` (module level): the checked plain-dict config, or ``ValueError``."""
+        """See `check_config` (module level): the checked plain-dict config, or `ValueError`."""
         return check_config(config)
 
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
-        """New agent; ``config`` (``get_config()`` with ``horizon_length`` set) is not modified.
+        """New agent; `config` (`get_config()` with `horizon_length` set) is not modified.
 
-        ``ex_actions``: one action ``(action_dim,)`` with one observation ``(*ob)``, or a batch
-        ``(B, action_dim)`` with ``(B, *ob)``. ``action_dim`` and ``ob_dims`` are filled in on a copy.
-        Raises ``ValueError`` naming the key for a bad configuration.
+        `ex_actions`: one action `(action_dim,)` with one observation `(*ob)`, or a batch
+        `(B, action_dim)` with `(B, *ob)`. `action_dim` and `ob_dims` are filled in on a copy.
+        Raises `ValueError` naming the key for a bad configuration.
         """
         config = common.fill_shapes(check_config(config), ex_observations, ex_actions)
         ex_observations = jnp.asarray(ex_observations)
@@ -269,14 +269,17 @@ class ACFQLAgent(flax.struct.PyTreeNode):
         modules, args = {}, {}
         for name in ("critic", "target_critic"):
             modules[name] = Value(
-                hidden_dims=config["value_hidden_dims"], layer_norm=config["layer_norm"],
+                hidden_dims=config["value_hidden_dims"],
+                layer_norm=config["layer_norm"],
                 num_ensembles=config["num_qs"],
             )
             args[name] = (ex_obs, ex_chunk)
         for name in names[2:]:
             modules[name] = ActorVectorField(
-                hidden_dims=config["actor_hidden_dims"], action_dim=full_action_dim,
-                layer_norm=config["actor_layer_norm"], use_fourier_features=config["use_fourier_features"],
+                hidden_dims=config["actor_hidden_dims"],
+                action_dim=full_action_dim,
+                layer_norm=config["actor_layer_norm"],
+                use_fourier_features=config["use_fourier_features"],
                 fourier_feature_dim=config["fourier_feature_dim"],
             )
             is_flow = name == "actor_bc_flow"
@@ -299,7 +302,7 @@ class ACFQLAgent(flax.struct.PyTreeNode):
 def get_config():
     """ACFQL hyperparameters: the paper defaults for QC (docs/settings.md).
 
-    ``agent_name`` and ``batch_size`` are read by the drivers, every other key by this file.
+    `agent_name` and `batch_size` are read by the drivers, every other key by this file.
     """
     placeholder = ml_collections.config_dict.placeholder
     return ml_collections.ConfigDict(

@@ -1,21 +1,21 @@
 """ACRLPD: SAC / RLPD with action chunking (RLPD, RLPD-AC, QC-RLPD; Li, Zhou, Levine, NeurIPS 2025).
 
 RLPD (Ball et al. 2023) is SAC (Haarnoja et al. 2018) with a LayerNorm critic ensemble and 50/50
-offline/online batches (the batches are the driver's business). With ``action_chunking`` the actor
-and critic work on whole chunks ``A_t = a_{t:t+h}`` flattened to ``h * action_dim``; without it they
-see only ``a_t`` while the h-step reward sum and the ``gamma^h`` bootstrap stay (n-step baseline).
+offline/online batches (the batches are the driver's business). With `action_chunking` the actor
+and critic work on whole chunks `A_t = a_{t:t+h}` flattened to `h * action_dim`; without it they
+see only `a_t` while the h-step reward sum and the `gamma^h` bootstrap stay (n-step baseline).
 
-Networks (one :class:`ModuleDict`, one Adam optimizer; ``params['modules_<name>']``):
+Networks (one `ModuleDict`, one Adam optimizer; `params['modules_<name>']`):
 
-* ``critic``, ``target_critic``: :class:`Value` ensembles of ``num_qs`` members with layer norm.
-* ``actor``: :class:`TanhNormalActor`, ``pi(A | s)`` over the (chunked) action.
-* ``temperature``: :class:`Temperature`, the SAC entropy temperature ``alpha = exp(log_alpha)``.
+* `critic`, `target_critic`: `Value` ensembles of `num_qs` members with layer norm.
+* `actor`: `TanhNormalActor`, `pi(A | s)` over the (chunked) action.
+* `temperature`: `Temperature`, the SAC entropy temperature `alpha = exp(log_alpha)`.
 
 Gradient routing (utils/flax_utils.py: a module gets gradient only when called with
-``params=grad_params``): the critic loss reaches only ``critic`` (the next action, the target critic
-and, with ``backup_entropy``, the temperature use stored parameters); the actor loss reaches only
-``actor`` (the critic and the temperature inside it use stored parameters); the temperature loss
-reaches only ``temperature`` (its entropy is stop-gradiented). ``target_critic`` only moves by Polyak
+`params=grad_params`): the critic loss reaches only `critic` (the next action, the target critic
+and, with `backup_entropy`, the temperature use stored parameters); the actor loss reaches only
+`actor` (the critic and the temperature inside it use stored parameters); the temperature loss
+reaches only `temperature` (its entropy is stop-gradiented). `target_critic` only moves by Polyak
 averaging. tests/test_acrlpd.py checks the zeros.
 """
 
@@ -37,9 +37,9 @@ DATA_ACTION_CLIP = 1 - 1e-5  # Data actions are clipped into (-1+1e-5, 1-1e-5) b
 
 
 class Temperature(nn.Module):
-    """The SAC temperature ``alpha = exp(log_alpha)``: one scalar parameter, ``alpha = init_value`` at init.
+    """The SAC temperature `alpha = exp(log_alpha)`: one scalar parameter, `alpha = init_value` at init.
 
-    Call ``()`` -> scalar ``alpha`` (learned as a log so that it stays positive).
+    Call `()` -> scalar `alpha` (learned as a log so that it stays positive).
     """
 
     init_value: float = 1.0
@@ -53,11 +53,11 @@ class Temperature(nn.Module):
 
 
 def _policy_actions(actions, config):
-    """Dataset actions ``(B, h, action_dim)`` as the actor and critic see them: the flattened chunk
-    ``(B, h * action_dim)`` with ``action_chunking``, else the first action ``(B, action_dim)``.
+    """Dataset actions `(B, h, action_dim)` as the actor and critic see them: the flattened chunk
+    `(B, h * action_dim)` with `action_chunking`, else the first action `(B, action_dim)`.
 
-    Raises ``ValueError`` when the windows do not have exactly ``horizon_length`` steps
-    (:func:`agents.common.check_window`): a longer window would pair an H-step reward sum with ``gamma^h``.
+    Raises `ValueError` when the windows do not have exactly `horizon_length` steps
+    (`agents.common.check_window`): a longer window would pair an H-step reward sum with `gamma^h`.
     """
     common.check_window(actions, config)
     if config["action_chunking"]:
@@ -66,12 +66,12 @@ def _policy_actions(actions, config):
 
 
 def _log_likelihood_per_dim(dist, actions):
-    """Per-dimension ``log pi(a_j | s)`` of the tanh-Gaussian ``dist`` at data ``actions`` ``(B, D)`` -> ``(B, D)``.
+    """Per-dimension `log pi(a_j | s)` of the tanh-Gaussian `dist` at data `actions` `(B, D)` -> `(B, D)`.
 
-    ``a`` is clipped into ``(-1+1e-5, 1-1e-5)``, ``u = atanh(a)``, and
-    ``log pi(a_j) = log N(u_j; mu_j, sigma_j) - log(1 - tanh(u_j)^2)`` (change of variables; the log-det
-    in distrax's stable form ``2 (log 2 - u - softplus(-2u))``). Because the base Gaussian is diagonal and
-    the tanh is elementwise, the sum over ``D`` is ``dist.log_prob(a)`` and the sum over a subset of
+    `a` is clipped into `(-1+1e-5, 1-1e-5)`, `u = atanh(a)`, and
+    `log pi(a_j) = log N(u_j; mu_j, sigma_j) - log(1 - tanh(u_j)^2)` (change of variables; the log-det
+    in distrax's stable form `2 (log 2 - u - softplus(-2u))`). Because the base Gaussian is diagonal and
+    the tanh is elementwise, the sum over `D` is `dist.log_prob(a)` and the sum over a subset of
     dimensions is the exact marginal log-likelihood of that subset.
     """
     u = jnp.arctanh(jnp.clip(actions, -DATA_ACTION_CLIP, DATA_ACTION_CLIP))  # (B, D)
@@ -79,7 +79,6 @@ def _log_likelihood_per_dim(dist, actions):
     log_normal = -0.5 * jnp.square((u - loc) / scale) - jnp.log(scale) - 0.5 * jnp.log(2 * jnp.pi)
     log_det = 2.0 * (jnp.log(2.0) - u - jax.nn.softplus(-2.0 * u))  # log(1 - tanh(u)^2)
     return log_normal - log_det  # (B, D)
-
 
 
 class ACRLPDAgent(flax.struct.PyTreeNode):
@@ -90,7 +89,7 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
     config: Any = nonpytree_field()
 
     def critic_loss(self, batch, grad_params, rng):
-        """TD loss of the critic ensemble on windows of ``h`` steps (SAC / RLPD backup)::
+        """TD loss of the critic ensemble on windows of `h` steps (SAC / RLPD backup)::
 
             A'           ~ pi(. | s_{t+h})                          # stored actor, rng split [0]
             next_q       = agg_k Qbar_k(s_{t+h}, A')                 # q_agg over the target ensemble
@@ -98,8 +97,8 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
                            [- gamma^h * masks[:, -1] * alpha * log pi(A' | s_{t+h})]   # backup_entropy
             critic_loss  = mean_{k,b} valid[b, -1] * (Q_k(s_t, A_t) - target_q)^2
 
-        With ``num_min_qs`` (needs ``q_agg='min'``), ``agg`` is RLPD's random-subset minimum: the min over
-        ``num_min_qs`` members drawn without replacement (rng split [1]), one subset per batch.
+        With `num_min_qs` (needs `q_agg='min'`), `agg` is RLPD's random-subset minimum: the min over
+        `num_min_qs` members drawn without replacement (rng split [1]), one subset per batch.
         """
         cfg = self.config
         sample_rng, subset_rng = jax.random.split(rng)
@@ -140,9 +139,9 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
             bc_nll   = mean_b sum_{k<h} valid[b, k] * (-sum_j log pi(a_data[b, k, j] | s_t))
             actor_loss = sac_loss + bc_alpha * bc_nll
 
-        ``bc_nll`` uses :func:`_log_likelihood_per_dim` reshaped to ``(B, h, action_dim)``: chunk steps
-        with ``valid`` 0 (after the end of a trajectory) contribute nothing, and with every step valid
-        it equals ``-log pi(A_data | s_t)`` of the whole chunk. Info ``actor/entropy`` feeds the
+        `bc_nll` uses `_log_likelihood_per_dim` reshaped to `(B, h, action_dim)`: chunk steps
+        with `valid` 0 (after the end of a trajectory) contribute nothing, and with every step valid
+        it equals `-log pi(A_data | s_t)` of the whole chunk. Info `actor/entropy` feeds the
         temperature loss.
         """
         cfg = self.config
@@ -171,17 +170,17 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
         }
 
     def temperature_loss(self, grad_params, entropy):
-        """SAC temperature loss ``alpha * (entropy - target_entropy)`` (entropy: stop-gradient, from the actor).
+        """SAC temperature loss `alpha * (entropy - target_entropy)` (entropy: stop-gradient, from the actor).
 
-        Entropy above the target makes the loss increase with ``alpha``, so ``alpha`` falls; below, it rises.
-        Logged under the reference's names ``actor/alpha`` and ``actor/alpha_loss``.
+        Entropy above the target makes the loss increase with `alpha`, so `alpha` falls; below, it rises.
+        Logged under the reference's names `actor/alpha` and `actor/alpha_loss`.
         """
         alpha = self.network.select("temperature")(params=grad_params)
         alpha_loss = alpha * (jax.lax.stop_gradient(entropy) - self.config["target_entropy"])
         return alpha_loss, {"actor/alpha_loss": alpha_loss, "actor/alpha": alpha}
 
     def total_loss(self, batch, grad_params, rng):
-        """``critic_loss + actor_loss + temperature_loss`` with independent randomness; info of all three."""
+        """`critic_loss + actor_loss + temperature_loss` with independent randomness; info of all three."""
         critic_rng, actor_rng = jax.random.split(rng)
         critic_loss, critic_info = self.critic_loss(batch, grad_params, critic_rng)
         actor_loss, actor_info = self.actor_loss(batch, grad_params, actor_rng)
@@ -189,39 +188,39 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
         return critic_loss + actor_loss + alpha_loss, {**critic_info, **actor_info, **alpha_info}
 
     def update(self, batch):
-        """One gradient step and one target update on ``batch`` (B windows); returns ``(agent, info)``.
+        """One gradient step and one target update on `batch` (B windows); returns `(agent, info)`.
 
-        Only the keys the losses read cross the jit boundary (:func:`agents.common.update`).
+        Only the keys the losses read cross the jit boundary (`agents.common.update`).
         """
         return common.update(self, batch)
 
     def batch_update(self, stacked_batches):
-        """``update`` on each batch along the leading (UTD) axis ``(U, B, ...)`` in one ``lax.scan``; info
+        """`update` on each batch along the leading (UTD) axis `(U, B, ...)` in one `lax.scan`; info
         averaged."""
         return common.batch_update(self, stacked_batches)
 
     @jax.jit
     def sample_actions(self, observations, rng):
-        """A sample of ``pi(. | s)`` clipped to [-1, 1] for ``observations`` ``(*B, *ob)`` (``*B`` may be empty).
+        """A sample of `pi(. | s)` clipped to [-1, 1] for `observations` `(*B, *ob)` (`*B` may be empty).
 
-        Returns ``(*B, h * action_dim)`` with ``action_chunking``, else ``(*B, action_dim)``. Stochastic,
+        Returns `(*B, h * action_dim)` with `action_chunking`, else `(*B, action_dim)`. Stochastic,
         for data collection and evaluation alike, as in the reference.
         """
         return jnp.clip(self.network.select("actor")(observations).sample(seed=rng), -1, 1)
 
     @staticmethod
     def check_config(config):
-        """See :func:`check_config` (module level): the checked plain-dict config, or ``ValueError``."""
+        """See `check_config` (module level): the checked plain-dict config, or `ValueError`."""
         return check_config(config)
 
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
-        """New agent; ``config`` (``get_config()`` with ``horizon_length`` set) is not modified.
+        """New agent; `config` (`get_config()` with `horizon_length` set) is not modified.
 
-        ``ex_actions``: one action ``(action_dim,)`` with one observation ``(*ob)``, or a batch
-        ``(B, action_dim)`` with ``(B, *ob)``. ``action_dim``, ``ob_dims`` and (unless set)
-        ``target_entropy = -target_entropy_multiplier * h * action_dim`` (``h`` -> 1 without chunking)
-        are filled in on a copy. Raises ``ValueError`` naming the key for a bad configuration.
+        `ex_actions`: one action `(action_dim,)` with one observation `(*ob)`, or a batch
+        `(B, action_dim)` with `(B, *ob)`. `action_dim`, `ob_dims` and (unless set)
+        `target_entropy = -target_entropy_multiplier * h * action_dim` (`h` -> 1 without chunking)
+        are filled in on a copy. Raises `ValueError` naming the key for a bad configuration.
         """
         config = common.fill_shapes(check_config(config), ex_observations, ex_actions)
         ex_observations = jnp.asarray(ex_observations)
@@ -231,13 +230,22 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
         ex_obs = ex_observations.reshape((-1, *config["ob_dims"]))[:1]  # (1, *ob)
         ex_chunk = jnp.zeros((1, full_action_dim))  # (1, h * A)
 
-        critic_defs = [Value(hidden_dims=config["value_hidden_dims"], layer_norm=config["layer_norm"],
-                             num_ensembles=config["num_qs"]) for _ in range(2)]  # critic, target_critic
+        critic_defs = [
+            Value(
+                hidden_dims=config["value_hidden_dims"], layer_norm=config["layer_norm"], num_ensembles=config["num_qs"]
+            )
+            for _ in range(2)
+        ]  # critic, target_critic
         # log-std bounds [-20, 2]: RLPD's (and the reference's) TanhNormal, the module's defaults.
-        actor_def = TanhNormalActor(hidden_dims=config["actor_hidden_dims"], action_dim=full_action_dim,
-                                    layer_norm=config["actor_layer_norm"])
-        modules = dict(critic=critic_defs[0], target_critic=critic_defs[1], actor=actor_def,
-                       temperature=Temperature(config["init_temp"]))
+        actor_def = TanhNormalActor(
+            hidden_dims=config["actor_hidden_dims"], action_dim=full_action_dim, layer_norm=config["actor_layer_norm"]
+        )
+        modules = dict(
+            critic=critic_defs[0],
+            target_critic=critic_defs[1],
+            actor=actor_def,
+            temperature=Temperature(config["init_temp"]),
+        )
         args = dict(critic=(ex_obs, ex_chunk), target_critic=(ex_obs, ex_chunk), actor=(ex_obs,), temperature=())
 
         init_rng, rng = jax.random.split(common.init_key(seed))
@@ -274,10 +282,10 @@ CONFIG_RULES = {
 
 
 def check_config(config):
-    """A plain-dict copy of ``config`` (hashable for jit), every key checked by ``CONFIG_RULES``.
+    """A plain-dict copy of `config` (hashable for jit), every key checked by `CONFIG_RULES`.
 
-    Raises ``ValueError`` naming the key (``--agent.KEY``) for an unknown key or a bad value, and
-    for ``num_min_qs`` above ``num_qs`` or set without ``q_agg='min'``.
+    Raises `ValueError` naming the key (`--agent.KEY`) for an unknown key or a bad value, and
+    for `num_min_qs` above `num_qs` or set without `q_agg='min'`.
     """
     config = common.check_config(config, CONFIG_RULES, "acrlpd")
     num_min_qs = config["num_min_qs"]
@@ -291,7 +299,7 @@ def check_config(config):
 def get_config():
     """ACRLPD hyperparameters: the paper's RLPD variants (docs/settings.md).
 
-    ``agent_name`` and ``batch_size`` are read by the drivers, every other key by this file.
+    `agent_name` and `batch_size` are read by the drivers, every other key by this file.
     """
     placeholder = ml_collections.config_dict.placeholder
     return ml_collections.ConfigDict(

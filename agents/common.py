@@ -3,17 +3,17 @@
 The losses stay in each agent's file; this module holds only the plumbing that must not drift
 between them.
 
-* :func:`check_config`: every key of an agent config against a table of rules (one rule per
-  key, the same predicates for both agents), so a bad value is a ``ValueError`` that names the
+* `check_config`: every key of an agent config against a table of rules (one rule per
+  key, the same predicates for both agents), so a bad value is a `ValueError` that names the
   key and the flag that sets it, before any network is built.
-* :func:`check_window`: a batch's windows must have exactly ``horizon_length`` steps, because
-  the critic target reads the chunk reward sum and the mask at step ``h - 1``
-  (``rewards[:, -1]``) and bootstraps with ``gamma^h``; a longer window would combine an
-  ``H``-step reward sum with ``gamma^h``.
-* :func:`policy_steps`: actions per actor/critic input (``h`` with chunking, else 1).
-* :func:`update` / :func:`batch_update`: the jitted gradient step (``lax.scan`` over the UTD axis),
-  fed only the batch keys the losses read (:data:`UPDATE_KEYS`).
-* :func:`ensemble_values`: a critic ensemble's values with the ensemble axis kept for K = 1.
+* `check_window`: a batch's windows must have exactly `horizon_length` steps, because
+  the critic target reads the chunk reward sum and the mask at step `h - 1`
+  (`rewards[:, -1]`) and bootstraps with `gamma^h`; a longer window would combine an
+  `H`-step reward sum with `gamma^h`.
+* `policy_steps`: actions per actor/critic input (`h` with chunking, else 1).
+* `update` / `batch_update`: the jitted gradient step (`lax.scan` over the UTD axis),
+  fed only the batch keys the losses read (`UPDATE_KEYS`).
+* `ensemble_values`: a critic ensemble's values with the ensemble axis kept for K = 1.
 """
 
 import math
@@ -29,9 +29,9 @@ from utils.flax_utils import gradient_and_target_step
 Rule = Tuple[Callable[[object], bool], str]
 
 
-# ---- predicates: bools are not numbers here (``True`` is an int in Python) ----
+# ---- predicates: bools are not numbers here (`True` is an int in Python) ----
 def is_int(value, low=None) -> bool:
-    """An integer (not a bool), ``>= low`` when ``low`` is given."""
+    """An integer (not a bool), `>= low` when `low` is given."""
     ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
     return ok and (low is None or value >= low)
 
@@ -52,7 +52,7 @@ def int_at_least(low: int) -> Rule:
 
 
 def number_in(low: float, high: float = None, low_open: bool = False, high_open: bool = False) -> Rule:
-    """A finite number in the interval from ``low`` to ``high`` (``None``: unbounded above)."""
+    """A finite number in the interval from `low` to `high` (`None`: unbounded above)."""
 
     def ok(v):
         if not is_number(v):
@@ -85,23 +85,24 @@ def unset_or(rule: Rule) -> Rule:
 
 
 # Filled in by create() from the data; a value given must agree with the data (fill_shapes).
-OB_DIMS: Rule = unset_or(((lambda v: isinstance(v, (tuple, list)) and all(is_int(d, 1) for d in v)),
-                          "a tuple of ints >= 1"))
+OB_DIMS: Rule = unset_or(
+    ((lambda v: isinstance(v, (tuple, list)) and all(is_int(d, 1) for d in v)), "a tuple of ints >= 1")
+)
 ACTION_DIM: Rule = unset_or(int_at_least(1))
 
 
 def check_config(config: Mapping, rules: Dict[str, Rule], agent_name: str) -> Dict:
-    """A plain-dict copy of ``config`` (lists as tuples, hashable for jit), checked key by key.
+    """A plain-dict copy of `config` (lists as tuples, hashable for jit), checked key by key.
 
     Args:
-        config: an agent config (``ml_collections.ConfigDict`` or dict).
-        rules: ``{key: (predicate, description)}`` with exactly the keys of the agent's
-            ``get_config()``.
-        agent_name: for the messages (``'acfql'``, ``'acrlpd'``).
+        config: an agent config (`ml_collections.ConfigDict` or dict).
+        rules: `{key: (predicate, description)}` with exactly the keys of the agent's
+            `get_config()`.
+        agent_name: for the messages (`'acfql'`, `'acrlpd'`).
 
     Raises:
-        ValueError: a key the agent does not know (``config key 'x' is not a key of ...``), or a
-            value that breaks its rule (``--agent.KEY must be <rule>, got <value>``); the first
+        ValueError: a key the agent does not know (`config key 'x' is not a key of ...`), or a
+            value that breaks its rule (`--agent.KEY must be <rule>, got <value>`); the first
             such key in the rule table's order.
     """
     config = dict(config.to_dict() if hasattr(config, "to_dict") else config)
@@ -120,16 +121,16 @@ def check_config(config: Mapping, rules: Dict[str, Rule], agent_name: str) -> Di
 
 
 def policy_steps(config: Mapping) -> int:
-    """Actions per actor/critic input: ``horizon_length`` with ``action_chunking``, else 1."""
+    """Actions per actor/critic input: `horizon_length` with `action_chunking`, else 1."""
     return config["horizon_length"] if config["action_chunking"] else 1
 
 
 def check_window(actions, config: Mapping):
-    """Raise ``ValueError`` unless the batch's windows have exactly ``horizon_length`` steps.
+    """Raise `ValueError` unless the batch's windows have exactly `horizon_length` steps.
 
     Args:
-        actions: the batch's ``actions`` ``(B, H, A)`` (only the shape is read; works on tracers).
-        config: the agent config (``horizon_length``).
+        actions: the batch's `actions` `(B, H, A)` (only the shape is read; works on tracers).
+        config: the agent config (`horizon_length`).
     """
     if actions.ndim != 3 or actions.shape[1] != config["horizon_length"]:
         raise ValueError(
@@ -139,20 +140,20 @@ def check_window(actions, config: Mapping):
 
 
 def init_key(seed):
-    """``jax.random.PRNGKey(seed)`` for an int seed; a JAX key (e.g. ``utils.seeding.jax_key``) as it is."""
+    """`jax.random.PRNGKey(seed)` for an int seed; a JAX key (e.g. `utils.seeding.jax_key`) as it is."""
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
         return jax.random.PRNGKey(seed)
     return seed
 
 
 def fill_shapes(config: Dict, ex_observations, ex_actions) -> Dict:
-    """Set ``ob_dims`` and ``action_dim`` in ``config`` (a dict copy) from example inputs.
+    """Set `ob_dims` and `action_dim` in `config` (a dict copy) from example inputs.
 
-    ``ex_actions``: one action ``(A,)`` with one observation ``(*ob)``, or ``(B, A)`` with ``(B, *ob)``.
-    Raises ``ValueError`` when ``config`` already names different shapes (e.g. a config saved from
+    `ex_actions`: one action `(A,)` with one observation `(*ob)`, or `(B, A)` with `(B, *ob)`.
+    Raises `ValueError` when `config` already names different shapes (e.g. a config saved from
     another task).
     """
-    ob_dims = tuple(int(d) for d in np.shape(ex_observations)[np.ndim(ex_actions) - 1:])
+    ob_dims = tuple(int(d) for d in np.shape(ex_observations)[np.ndim(ex_actions) - 1 :])
     action_dim = int(np.shape(ex_actions)[-1])
     for key, value in (("ob_dims", ob_dims), ("action_dim", action_dim)):
         if config.get(key) is not None and tuple(np.atleast_1d(config[key])) != tuple(np.atleast_1d(value)):
@@ -169,7 +170,7 @@ UPDATE_KEYS = ("observations", "actions", "next_observations", "rewards", "masks
 
 
 def update_inputs(batch: Mapping) -> Dict:
-    """The keys of ``batch`` that the update reads (``UPDATE_KEYS``); ``KeyError`` naming a missing one."""
+    """The keys of `batch` that the update reads (`UPDATE_KEYS`); `KeyError` naming a missing one."""
     missing = [k for k in UPDATE_KEYS if k not in batch]
     if missing:
         raise KeyError(f"batch lacks {missing}; an update reads {UPDATE_KEYS}.")
@@ -190,17 +191,17 @@ _jit_batch_update = jax.jit(_jit_batch_update)
 
 
 def update(agent, batch):
-    """One gradient step and one Polyak step of the targets on ``batch`` ``(B, ...)``: ``(agent, info)``."""
+    """One gradient step and one Polyak step of the targets on `batch` `(B, ...)`: `(agent, info)`."""
     return _jit_update(agent, update_inputs(batch))
 
 
 def batch_update(agent, stacked_batches):
-    """:func:`update` on each batch along the leading (UTD) axis ``(U, B, ...)`` in one ``lax.scan``;
+    """`update` on each batch along the leading (UTD) axis `(U, B, ...)` in one `lax.scan`;
     info averaged over the U steps."""
     return _jit_batch_update(agent, update_inputs(stacked_batches))
 
 
 def ensemble_values(network, config: Mapping, name: str, inputs, actions, params=None):
-    """Values ``(K, *B)`` of critic ensemble ``name`` (K = ``num_qs``; an axis of 1 is kept when K = 1)."""
+    """Values `(K, *B)` of critic ensemble `name` (K = `num_qs`; an axis of 1 is kept when K = 1)."""
     qs = network.select(name)(inputs, actions, params=params)
     return qs if config["num_qs"] > 1 else qs[None]

@@ -35,7 +35,7 @@ from utils import seeding
 logger = logging.getLogger(__name__)
 
 # Domains whose paper runs use --sparse (docs/settings.md, per-domain table).
-SPARSE_DOMAINS = ('scene', 'puzzle')
+SPARSE_DOMAINS = ("scene", "puzzle")
 
 
 def sparse_reward_transform(rewards):
@@ -62,11 +62,11 @@ def warn_if_dense_on_sparse_domain(env_name: str, sparse: bool) -> bool:
     Returns:
         True if it warned.
     """
-    domain = env_name.split('-', 1)[0]
+    domain = env_name.split("-", 1)[0]
     if domain in SPARSE_DOMAINS and not sparse:
         logger.warning(
-            '%s: the paper trains %s tasks with sparse rewards (--sparse=True, r -> -(r != 0)); this run '
-            'uses the dense rewards, so its numbers are not comparable to the paper\'s.',
+            "%s: the paper trains %s tasks with sparse rewards (--sparse=True, r -> -(r != 0)); this run "
+            "uses the dense rewards, so its numbers are not comparable to the paper's.",
             env_name,
             domain,
         )
@@ -81,7 +81,7 @@ def is_robomimic_env(env_name: str) -> bool:
 
 def supported_env_patterns() -> list[str]:
     """Human-readable patterns of every supported env name (for errors and --help)."""
-    return [*ogbench_utils.SUPPORTED_PATTERNS, 'robomimic: ' + robomimic_utils.SUPPORTED_PATTERN]
+    return [*ogbench_utils.SUPPORTED_PATTERNS, "robomimic: " + robomimic_utils.SUPPORTED_PATTERN]
 
 
 @dataclasses.dataclass
@@ -122,7 +122,7 @@ class ShardCycler:
         env_name: str,
         sparse: bool,
         action_clip_eps: float | None,
-        success_timing: str = 'pre',
+        success_timing: str = "pre",
     ):
         self.paths, self.index = list(paths), 0
         self._env_name, self._sparse, self._eps = env_name, sparse, action_clip_eps
@@ -130,7 +130,7 @@ class ShardCycler:
 
     def __call__(self) -> dict:
         self.index = (self.index + 1) % len(self.paths)
-        logger.info('Using dataset shard %d/%d: %s', self.index + 1, len(self.paths), self.paths[self.index])
+        logger.info("Using dataset shard %d/%d: %s", self.index + 1, len(self.paths), self.paths[self.index])
         return load_dataset_shard(
             self.paths[self.index], self._env_name, self._sparse, self._eps, success_timing=self._success_timing
         )
@@ -141,7 +141,7 @@ def load_dataset_shard(
     env_name: str,
     sparse: bool = False,
     action_clip_eps: float | None = 1e-5,
-    success_timing: str = 'pre',
+    success_timing: str = "pre",
 ) -> dict:
     """Load one OGBench file (e.g. a shard) with exactly the processing `make_env_and_datasets` applies.
 
@@ -156,22 +156,20 @@ def load_dataset_shard(
 
 def _apply_common(dataset: dict, dataset_proportion: float, sparse: bool) -> dict:
     if dataset_proportion < 1.0:
-        n = int(len(dataset['rewards']) * dataset_proportion)
+        n = int(len(dataset["rewards"]) * dataset_proportion)
         if n < 1:
-            raise ValueError(
-                f'dataset_proportion={dataset_proportion} keeps no row of {len(dataset["rewards"])}.'
-            )
+            raise ValueError(f"dataset_proportion={dataset_proportion} keeps no row of {len(dataset['rewards'])}.")
         dataset = {k: v[:n] for k, v in dataset.items()}
         # Deviation from the reference (which leaves it 0): the cut row ends a trajectory, so no
         # sampled window treats the rows after the cut (clipped to the last row) as a continuation.
-        dataset['terminals'] = dataset['terminals'].copy()
-        dataset['terminals'][-1] = 1.0
+        dataset["terminals"] = dataset["terminals"].copy()
+        dataset["terminals"][-1] = 1.0
     if sparse:
-        dataset = {**dataset, 'rewards': sparse_reward_transform(dataset['rewards'])}
+        dataset = {**dataset, "rewards": sparse_reward_transform(dataset["rewards"])}
     return dataset
 
 
-def run_metadata(env_name: str, success_timing: str = 'post', dataset_success_timing: str = 'pre') -> dict:
+def run_metadata(env_name: str, success_timing: str = "post", dataset_success_timing: str = "pre") -> dict:
     """Facts to store with a run.
 
     OGBench: `{'ogbench_version', 'success_timing', 'reward_timing', 'task_id'}` (`ogbench_utils.ogbench_metadata`)
@@ -184,8 +182,10 @@ def run_metadata(env_name: str, success_timing: str = 'post', dataset_success_ti
     ogbench_utils.check_success_timing(success_timing)
     ogbench_utils.check_success_timing(dataset_success_timing)
     if ogbench_utils.is_ogbench_env(env_name):
-        return {**ogbench_utils.ogbench_metadata(env_name, success_timing),
-                'dataset_success_timing': dataset_success_timing}
+        return {
+            **ogbench_utils.ogbench_metadata(env_name, success_timing),
+            "dataset_success_timing": dataset_success_timing,
+        }
     if robomimic_utils.is_robomimic_env(env_name):
         return robomimic_utils.run_metadata(env_name)
     return {}
@@ -199,8 +199,8 @@ def make_env_and_datasets(
     sparse: bool = False,
     action_clip_eps: float | None = 1e-5,
     seed: int = 0,
-    success_timing: str = 'post',
-    dataset_success_timing: str = 'pre',
+    success_timing: str = "post",
+    dataset_success_timing: str = "pre",
     load_val: bool = False,
 ) -> EnvAndDatasets:
     """Make the training and evaluation envs and load the offline datasets for `env_name`.
@@ -239,7 +239,7 @@ def make_env_and_datasets(
         ImportError: a robomimic env without its simulator extra (the message gives the install commands).
     """
     if not 0.0 < dataset_proportion <= 1.0:
-        raise ValueError(f'dataset_proportion must be in (0, 1], got {dataset_proportion}.')
+        raise ValueError(f"dataset_proportion must be in (0, 1], got {dataset_proportion}.")
     ogbench_utils.check_success_timing(success_timing)
     ogbench_utils.check_success_timing(dataset_success_timing)
     reward_fn = sparse_reward_transform if sparse else dense_reward
@@ -256,7 +256,7 @@ def make_env_and_datasets(
         next_shard = None
         if len(train_paths) > 1:
             if dataset_proportion < 1.0:
-                raise ValueError('dataset_proportion < 1 is not supported with a sharded dataset.')
+                raise ValueError("dataset_proportion < 1 is not supported with a sharded dataset.")
             next_shard = ShardCycler(train_paths, env_name, sparse, action_clip_eps, dataset_success_timing)
 
         def load(path):
@@ -270,16 +270,14 @@ def make_env_and_datasets(
         env, eval_env = (ogbench_utils.make_ogbench_env(env_name, success_timing) for _ in range(2))
         info_filters = OGBENCH_INFO_FILTERS
     else:
-        raise ValueError(
-            f'Unknown environment {env_name!r}. Supported: ' + '; '.join(supported_env_patterns())
-        )
+        raise ValueError(f"Unknown environment {env_name!r}. Supported: " + "; ".join(supported_env_patterns()))
 
     train = _apply_common(train, dataset_proportion, sparse)
     val = None if val is None else _apply_common(val, 1.0, sparse)
     env = EpisodeMonitor(env, filter_regexes=info_filters)
     eval_env = EpisodeMonitor(eval_env, filter_regexes=info_filters)
-    env.reset(seed=seeding.env_seed(seed, 'env'))
-    eval_env.reset(seed=seeding.env_seed(seed, 'eval_env'))
+    env.reset(seed=seeding.env_seed(seed, "env"))
+    eval_env.reset(seed=seeding.env_seed(seed, "eval_env"))
     return EnvAndDatasets(
         env=env,
         eval_env=eval_env,

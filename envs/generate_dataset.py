@@ -65,9 +65,9 @@ from envs.ogbench_utils import (
 
 def _p_stack(domain: str, rng: np.random.Generator) -> float:
     """Per-episode probability that a new cube target is on top of another cube (published values)."""
-    if domain == 'cube-single':
+    if domain == "cube-single":
         return 0.0
-    low_high = {'cube-double': (0.0, 0.25), 'cube-triple': (0.05, 0.35), 'cube-quadruple': (0.1, 0.5)}
+    low_high = {"cube-double": (0.0, 0.25), "cube-triple": (0.05, 0.35), "cube-quadruple": (0.1, 0.5)}
     if domain in low_high:
         return float(rng.uniform(*low_high[domain]))
     return 0.5  # scene (puzzle ignores it)
@@ -75,23 +75,23 @@ def _p_stack(domain: str, rng: np.random.Generator) -> float:
 
 def _make_oracles(env, name: OGBenchName, noise: float, noise_smoothing: float, min_norm: float) -> dict:
     """Oracles keyed by the env's `info['privileged/target_task']`."""
-    if name.dataset_type == 'play':
+    if name.dataset_type == "play":
         from ogbench.manipspace.oracles.plan.button_plan import ButtonPlanOracle
         from ogbench.manipspace.oracles.plan.cube_plan import CubePlanOracle
         from ogbench.manipspace.oracles.plan.drawer_plan import DrawerPlanOracle
         from ogbench.manipspace.oracles.plan.window_plan import WindowPlanOracle
 
         kw = dict(env=env, noise=noise, noise_smoothing=noise_smoothing)
-        if name.domain.startswith('cube'):
-            return {'cube': CubePlanOracle(**kw)}
-        if name.domain == 'scene':
+        if name.domain.startswith("cube"):
+            return {"cube": CubePlanOracle(**kw)}
+        if name.domain == "scene":
             return {
-                'cube': CubePlanOracle(**kw),
-                'button': ButtonPlanOracle(**kw),
-                'drawer': DrawerPlanOracle(**kw),
-                'window': WindowPlanOracle(**kw),
+                "cube": CubePlanOracle(**kw),
+                "button": ButtonPlanOracle(**kw),
+                "drawer": DrawerPlanOracle(**kw),
+                "window": WindowPlanOracle(**kw),
             }
-        return {'button': ButtonPlanOracle(gripper_always_closed=True, **kw)}
+        return {"button": ButtonPlanOracle(gripper_always_closed=True, **kw)}
 
     from ogbench.manipspace.oracles.markov.button_markov import ButtonMarkovOracle
     from ogbench.manipspace.oracles.markov.cube_markov import CubeMarkovOracle
@@ -99,16 +99,16 @@ def _make_oracles(env, name: OGBenchName, noise: float, noise_smoothing: float, 
     from ogbench.manipspace.oracles.markov.window_markov import WindowMarkovOracle
 
     kw = dict(env=env, min_norm=min_norm)
-    if name.domain.startswith('cube'):
-        return {'cube': CubeMarkovOracle(**kw)}
-    if name.domain == 'scene':
+    if name.domain.startswith("cube"):
+        return {"cube": CubeMarkovOracle(**kw)}
+    if name.domain == "scene":
         return {
-            'cube': CubeMarkovOracle(max_step=100, **kw),
-            'button': ButtonMarkovOracle(**kw),
-            'drawer': DrawerMarkovOracle(**kw),
-            'window': WindowMarkovOracle(**kw),
+            "cube": CubeMarkovOracle(max_step=100, **kw),
+            "button": ButtonMarkovOracle(**kw),
+            "drawer": DrawerMarkovOracle(**kw),
+            "window": WindowMarkovOracle(**kw),
         }
-    return {'button': ButtonMarkovOracle(gripper_always_closed=True, **kw)}
+    return {"button": ButtonMarkovOracle(gripper_always_closed=True, **kw)}
 
 
 def _scene_cube_stays_on_table(qpos: np.ndarray) -> bool:
@@ -133,13 +133,13 @@ def _seeded_global_numpy(seed: int):
 def _collect_episode(env, oracles, name: OGBenchName, rng, p_random_action: float, noise: float) -> dict:
     """Roll out one episode of `max_episode_steps` rows; returns lists per stored key."""
     p_stack = _p_stack(name.domain, rng)
-    xi = rng.uniform(0.0, noise) if name.dataset_type == 'noisy' else 0.0
+    xi = rng.uniform(0.0, noise) if name.dataset_type == "noisy" else 0.0
     noise_scale = xi * np.array([1.0, 1.0, 1.0, 3.0, 10.0])
 
     ob, info = env.reset()
-    oracle = oracles[info['privileged/target_task']]
+    oracle = oracles[info["privileged/target_task"]]
     oracle.reset(ob, info)
-    rows = {k: [] for k in ('observations', 'actions', 'terminals', 'qpos', 'qvel', 'button_states')}
+    rows = {k: [] for k in ("observations", "actions", "terminals", "qpos", "qvel", "button_states")}
     done = False
     while not done:
         if p_random_action > 0 and rng.uniform() < p_random_action:
@@ -154,40 +154,39 @@ def _collect_episode(env, oracles, name: OGBenchName, rng, p_random_action: floa
 
         if oracle.done:  # subtask finished: draw the next target and hand it to the matching oracle
             target_ob, target_info = env.unwrapped.set_new_target(p_stack=p_stack)
-            oracle = oracles[target_info['privileged/target_task']]
+            oracle = oracles[target_info["privileged/target_task"]]
             oracle.reset(target_ob, target_info)
 
-        rows['observations'].append(ob)
-        rows['actions'].append(action)
-        rows['terminals'].append(done)
-        rows['qpos'].append(info['prev_qpos'])  # state of s_t = the state `ob` was computed from
-        rows['qvel'].append(info['prev_qvel'])
+        rows["observations"].append(ob)
+        rows["actions"].append(action)
+        rows["terminals"].append(done)
+        rows["qpos"].append(info["prev_qpos"])  # state of s_t = the state `ob` was computed from
+        rows["qvel"].append(info["prev_qvel"])
         if name.has_button_states:
-            rows['button_states'].append(info['prev_button_states'])
+            rows["button_states"].append(info["prev_button_states"])
         ob = next_ob
     if not name.has_button_states:
-        del rows['button_states']
+        del rows["button_states"]
     return rows
 
 
-_DTYPES = {'terminals': bool, 'button_states': np.int64}  # everything else float32 (OGBench's dtypes)
+_DTYPES = {"terminals": bool, "button_states": np.int64}  # everything else float32 (OGBench's dtypes)
 
 
 def _stack(episodes: list[dict]) -> dict[str, np.ndarray]:
     return {
-        k: np.asarray([row for ep in episodes for row in ep[k]], dtype=_DTYPES.get(k, np.float32))
-        for k in episodes[0]
+        k: np.asarray([row for ep in episodes for row in ep[k]], dtype=_DTYPES.get(k, np.float32)) for k in episodes[0]
     }
 
 
 def write_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
     """Write an `np.load`-compatible compressed npz atomically, with fixed timestamps (reproducible bytes)."""
-    tmp = f'{path}.tmp'
-    with zipfile.ZipFile(tmp, 'w', compression=zipfile.ZIP_DEFLATED, allowZip64=True) as zf:
+    tmp = f"{path}.tmp"
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, allowZip64=True) as zf:
         for key in sorted(arrays):
-            info = zipfile.ZipInfo(f'{key}.npy', date_time=(1980, 1, 1, 0, 0, 0))
+            info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
             info.compress_type = zipfile.ZIP_DEFLATED
-            with zf.open(info, 'w', force_zip64=True) as f:
+            with zf.open(info, "w", force_zip64=True) as f:
                 np.lib.format.write_array(f, np.ascontiguousarray(arrays[key]), allow_pickle=False)
     os.replace(tmp, path)
 
@@ -240,26 +239,26 @@ def generate_dataset(
     num_val_episodes = max(1, num_episodes // 10) if num_val_episodes is None else num_val_episodes
     if num_episodes < 1 or num_val_episodes < 1 or max_episode_steps < 2:
         raise ValueError(
-            f'Need num_episodes >= 1, num_val_episodes >= 1, max_episode_steps >= 2; got '
-            f'{num_episodes}, {num_val_episodes}, {max_episode_steps}.'
+            f"Need num_episodes >= 1, num_val_episodes >= 1, max_episode_steps >= 2; got "
+            f"{num_episodes}, {num_val_episodes}, {max_episode_steps}."
         )
     if p_random_action is None:
-        noisy_p = 0.2 if name.domain.startswith('puzzle') else 0.1
-        p_random_action = 0.0 if name.dataset_type == 'play' else noisy_p
+        noisy_p = 0.2 if name.domain.startswith("puzzle") else 0.1
+        p_random_action = 0.0 if name.dataset_type == "play" else noisy_p
     train_path = os.path.expanduser(save_path or default_dataset_path(name.dataset_name))
-    if not train_path.endswith('.npz'):
-        raise ValueError(f'save_path must end in .npz, got {train_path!r}.')
+    if not train_path.endswith(".npz"):
+        raise ValueError(f"save_path must end in .npz, got {train_path!r}.")
     val_path = val_path_for(train_path)
     for p in (train_path, val_path):
         if os.path.exists(p) and not overwrite:
-            raise FileExistsError(f'{p} exists; pass overwrite=True (--overwrite) to replace it.')
+            raise FileExistsError(f"{p} exists; pass overwrite=True (--overwrite) to replace it.")
 
     env_seed, oracle_seed, rng_seed = np.random.SeedSequence(seed).spawn(3)
     rng = np.random.default_rng(rng_seed)
     env = gymnasium.make(
         name.collection_env_id,
         terminate_at_goal=False,
-        mode='data_collection',
+        mode="data_collection",
         max_episode_steps=max_episode_steps,
     )
     oracles = _make_oracles(env, name, noise, noise_smoothing, min_norm)
@@ -271,11 +270,11 @@ def generate_dataset(
         for _ in tqdm(range(num_episodes + num_val_episodes), desc=name.dataset_name, disable=not progress):
             for _attempt in range(100):
                 rows = _collect_episode(env, oracles, name, rng, p_random_action, noise)
-                if name.domain != 'scene' or _scene_cube_stays_on_table(np.asarray(rows['qpos'])):
+                if name.domain != "scene" or _scene_cube_stays_on_table(np.asarray(rows["qpos"])):
                     break
                 num_redrawn += 1
             else:
-                raise RuntimeError('100 scene episodes in a row moved the cube off the table; giving up.')
+                raise RuntimeError("100 scene episodes in a row moved the cube off the table; giving up.")
             episodes.append(rows)
     env.close()
 
@@ -284,14 +283,14 @@ def generate_dataset(
     write_npz(val_path, val)
     write_npz(train_path, train)
     return {
-        'train_path': train_path,
-        'val_path': val_path,
-        'num_train_episodes': num_episodes,
-        'num_val_episodes': num_val_episodes,
-        'num_train_rows': len(train['terminals']),
-        'num_val_rows': len(val['terminals']),
-        'num_redrawn': num_redrawn,
-        'seconds': time.perf_counter() - start,
+        "train_path": train_path,
+        "val_path": val_path,
+        "num_train_episodes": num_episodes,
+        "num_val_episodes": num_val_episodes,
+        "num_train_rows": len(train["terminals"]),
+        "num_val_rows": len(val["terminals"]),
+        "num_redrawn": num_redrawn,
+        "seconds": time.perf_counter() - start,
     }
 
 
@@ -324,22 +323,22 @@ def main(_):
 def _define_flags():
     from absl import flags
 
-    flags.DEFINE_string('env_name', None, 'Dataset name, e.g. cube-single-play-v0 (or a training env name).')
-    flags.DEFINE_integer('num_episodes', None, 'Training episodes; default: the published count.')
-    flags.DEFINE_integer('num_val_episodes', None, 'Validation episodes; default max(1, num_episodes // 10).')
-    flags.DEFINE_integer('seed', 0, 'Seed of everything random in the generation.')
-    flags.DEFINE_string('save_path', None, 'Training .npz file; default ~/.ogbench/data/<dataset>.npz.')
-    flags.DEFINE_enum('dataset_type', None, list(DATASET_TYPES), 'play: plan oracles; noisy: Markov oracles.')
-    flags.DEFINE_integer('max_episode_steps', 1001, 'Rows per episode (published: 1001 = 1000 transitions).')
-    flags.DEFINE_float('noise', 0.1, 'Plan-oracle action noise (play); max per-episode noise level (noisy).')
-    flags.DEFINE_float('noise_smoothing', 0.5, 'Gaussian smoothing (in steps) of the plan-oracle noise.')
-    flags.DEFINE_float('min_norm', 0.4, 'Markov-oracle minimum action norm (noisy).')
-    flags.DEFINE_float('p_random_action', None, 'Random-action probability; default 0 play, 0.1/0.2 noisy.')
-    flags.DEFINE_bool('overwrite', False, 'Replace existing output files.')
-    flags.mark_flag_as_required('env_name')
+    flags.DEFINE_string("env_name", None, "Dataset name, e.g. cube-single-play-v0 (or a training env name).")
+    flags.DEFINE_integer("num_episodes", None, "Training episodes; default: the published count.")
+    flags.DEFINE_integer("num_val_episodes", None, "Validation episodes; default max(1, num_episodes // 10).")
+    flags.DEFINE_integer("seed", 0, "Seed of everything random in the generation.")
+    flags.DEFINE_string("save_path", None, "Training .npz file; default ~/.ogbench/data/<dataset>.npz.")
+    flags.DEFINE_enum("dataset_type", None, list(DATASET_TYPES), "play: plan oracles; noisy: Markov oracles.")
+    flags.DEFINE_integer("max_episode_steps", 1001, "Rows per episode (published: 1001 = 1000 transitions).")
+    flags.DEFINE_float("noise", 0.1, "Plan-oracle action noise (play); max per-episode noise level (noisy).")
+    flags.DEFINE_float("noise_smoothing", 0.5, "Gaussian smoothing (in steps) of the plan-oracle noise.")
+    flags.DEFINE_float("min_norm", 0.4, "Markov-oracle minimum action norm (noisy).")
+    flags.DEFINE_float("p_random_action", None, "Random-action probability; default 0 play, 0.1/0.2 noisy.")
+    flags.DEFINE_bool("overwrite", False, "Replace existing output files.")
+    flags.mark_flag_as_required("env_name")
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     from absl import app
 
     _define_flags()

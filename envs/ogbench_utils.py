@@ -68,41 +68,41 @@ import numpy as np
 import ogbench.manipspace  # noqa: F401  (registers the manipulation envs with gymnasium)
 from ogbench.relabel_utils import relabel_dataset
 
-DEFAULT_DATASET_DIR = '~/.ogbench/data'
+DEFAULT_DATASET_DIR = "~/.ogbench/data"
 
 # Domains used in the paper (plus cube-single). ogbench ships more (puzzle-4x4, cube-octuple, ...);
 # add them here once they are tested.
-DOMAINS = ('cube-single', 'cube-double', 'cube-triple', 'cube-quadruple', 'scene', 'puzzle-3x3')
-DATASET_TYPES = ('play', 'noisy')
+DOMAINS = ("cube-single", "cube-double", "cube-triple", "cube-quadruple", "scene", "puzzle-3x3")
+DATASET_TYPES = ("play", "noisy")
 NUM_TASKS = 5
 
 # Stored trajectory keys and the domains that also need the button states for relabelling.
-TRAJECTORY_KEYS = ('observations', 'actions', 'terminals', 'qpos', 'qvel')
-BUTTON_DOMAINS = ('scene', 'puzzle-3x3')
+TRAJECTORY_KEYS = ("observations", "actions", "terminals", "qpos", "qvel")
+BUTTON_DOMAINS = ("scene", "puzzle-3x3")
 # Keys checked for NaN/inf when a file is read.
-FINITE_KEYS = ('observations', 'actions', 'qpos', 'qvel')
+FINITE_KEYS = ("observations", "actions", "qpos", "qvel")
 # When env.step(a_t) computes reward/success/terminated: of s_{t+1} ('post', ogbench 1.1.2 and the paper)
 # or of s_t ('pre', ogbench >= 1.2.0's singletask registrations). See the module docstring.
-SUCCESS_TIMINGS = ('post', 'pre')
+SUCCESS_TIMINGS = ("post", "pre")
 # Published episode counts of the OGBench 'play'/'noisy' datasets (train file; val adds 10%).
 PUBLISHED_NUM_EPISODES = {
-    'cube-single': 1000,
-    'cube-double': 1000,
-    'cube-triple': 3000,
-    'cube-quadruple': 5000,
-    'scene': 1000,
-    'puzzle-3x3': 1000,
+    "cube-single": 1000,
+    "cube-double": 1000,
+    "cube-triple": 3000,
+    "cube-quadruple": 5000,
+    "scene": 1000,
+    "puzzle-3x3": 1000,
 }
 
-_DOMAIN_RE = '|'.join(re.escape(d) for d in DOMAINS)
-_TYPE_RE = '|'.join(DATASET_TYPES)
-_ENV_RE = re.compile(rf'^(?P<domain>{_DOMAIN_RE})-(?P<type>{_TYPE_RE})-singletask(?:-task(?P<task>\d+))?-v0$')
-_DATASET_RE = re.compile(rf'^(?P<domain>{_DOMAIN_RE})-(?P<type>{_TYPE_RE})-v0$')
-_COLLECTION_RE = re.compile(rf'^(?P<domain>{_DOMAIN_RE})-v0$')
+_DOMAIN_RE = "|".join(re.escape(d) for d in DOMAINS)
+_TYPE_RE = "|".join(DATASET_TYPES)
+_ENV_RE = re.compile(rf"^(?P<domain>{_DOMAIN_RE})-(?P<type>{_TYPE_RE})-singletask(?:-task(?P<task>\d+))?-v0$")
+_DATASET_RE = re.compile(rf"^(?P<domain>{_DOMAIN_RE})-(?P<type>{_TYPE_RE})-v0$")
+_COLLECTION_RE = re.compile(rf"^(?P<domain>{_DOMAIN_RE})-v0$")
 
 SUPPORTED_PATTERNS = (
-    f'{{{",".join(DOMAINS)}}}-{{{",".join(DATASET_TYPES)}}}-singletask-task{{1..{NUM_TASKS}}}-v0',
-    f'{{{",".join(DOMAINS)}}}-{{{",".join(DATASET_TYPES)}}}-singletask-v0 (default task)',
+    f"{{{','.join(DOMAINS)}}}-{{{','.join(DATASET_TYPES)}}}-singletask-task{{1..{NUM_TASKS}}}-v0",
+    f"{{{','.join(DOMAINS)}}}-{{{','.join(DATASET_TYPES)}}}-singletask-v0 (default task)",
 )
 
 
@@ -117,24 +117,24 @@ class OGBenchName:
     @property
     def dataset_name(self) -> str:
         """e.g. 'cube-double-play-v0'."""
-        return f'{self.domain}-{self.dataset_type}-v0'
+        return f"{self.domain}-{self.dataset_type}-v0"
 
     @property
     def env_id(self) -> str:
         """Registered single-task gymnasium id, e.g. 'cube-double-singletask-task2-v0'."""
-        task = '' if self.task_id is None else f'-task{self.task_id}'
-        return f'{self.domain}-singletask{task}-v0'
+        task = "" if self.task_id is None else f"-task{self.task_id}"
+        return f"{self.domain}-singletask{task}-v0"
 
     @property
     def env_name(self) -> str:
         """Training env name, e.g. 'cube-double-play-singletask-task2-v0'."""
-        task = '' if self.task_id is None else f'-task{self.task_id}'
-        return f'{self.domain}-{self.dataset_type}-singletask{task}-v0'
+        task = "" if self.task_id is None else f"-task{self.task_id}"
+        return f"{self.domain}-{self.dataset_type}-singletask{task}-v0"
 
     @property
     def collection_env_id(self) -> str:
         """Goal-conditioned gymnasium id the data generator drives, e.g. 'cube-double-v0'."""
-        return f'{self.domain}-v0'
+        return f"{self.domain}-v0"
 
     @property
     def has_button_states(self) -> bool:
@@ -149,16 +149,16 @@ def parse_ogbench_name(name: str) -> OGBenchName | None:
     """
     m = _ENV_RE.match(name)
     if m is not None:
-        task_id = None if m['task'] is None else int(m['task'])
+        task_id = None if m["task"] is None else int(m["task"])
         if task_id is not None and not 1 <= task_id <= NUM_TASKS:
-            raise ValueError(f'{name!r}: task id must be in 1..{NUM_TASKS}, got {task_id}.')
-        return OGBenchName(m['domain'], m['type'], task_id)
+            raise ValueError(f"{name!r}: task id must be in 1..{NUM_TASKS}, got {task_id}.")
+        return OGBenchName(m["domain"], m["type"], task_id)
     m = _DATASET_RE.match(name)
     if m is not None:
-        return OGBenchName(m['domain'], m['type'])
+        return OGBenchName(m["domain"], m["type"])
     m = _COLLECTION_RE.match(name)
     if m is not None:
-        return OGBenchName(m['domain'], None)
+        return OGBenchName(m["domain"], None)
     return None
 
 
@@ -171,8 +171,7 @@ def _parse_env_name(env_name: str) -> OGBenchName:
     parsed = parse_ogbench_name(env_name) if is_ogbench_env(env_name) else None
     if parsed is None:
         raise ValueError(
-            f'Not a supported OGBench single-task env name: {env_name!r}. Supported: '
-            + '; '.join(SUPPORTED_PATTERNS)
+            f"Not a supported OGBench single-task env name: {env_name!r}. Supported: " + "; ".join(SUPPORTED_PATTERNS)
         )
     return parsed
 
@@ -193,17 +192,15 @@ def resolve_dataset_name(env_name: str, dataset_type: str | None = None) -> OGBe
     name = parse_ogbench_name(env_name)
     if name is None:
         raise ValueError(
-            f'Cannot generate a dataset for {env_name!r}: expected <domain>-<type>-v0 (e.g. '
-            f'cube-single-play-v0), a training env name, or <domain>-v0 with --dataset_type; '
-            f'domains {sorted(PUBLISHED_NUM_EPISODES)}, types {DATASET_TYPES}.'
+            f"Cannot generate a dataset for {env_name!r}: expected <domain>-<type>-v0 (e.g. "
+            f"cube-single-play-v0), a training env name, or <domain>-v0 with --dataset_type; "
+            f"domains {sorted(PUBLISHED_NUM_EPISODES)}, types {DATASET_TYPES}."
         )
     if dataset_type is not None and dataset_type not in DATASET_TYPES:
-        raise ValueError(f'dataset_type must be one of {DATASET_TYPES}, got {dataset_type!r}.')
+        raise ValueError(f"dataset_type must be one of {DATASET_TYPES}, got {dataset_type!r}.")
     if name.dataset_type is not None and dataset_type is not None and dataset_type != name.dataset_type:
-        raise ValueError(
-            f'{env_name!r} names a {name.dataset_type!r} dataset but dataset_type={dataset_type!r}.'
-        )
-    return OGBenchName(name.domain, name.dataset_type or dataset_type or 'play')
+        raise ValueError(f"{env_name!r} names a {name.dataset_type!r} dataset but dataset_type={dataset_type!r}.")
+    return OGBenchName(name.domain, name.dataset_type or dataset_type or "play")
 
 
 def generator_command(env_name: str, save_path: str | None = None, num_episodes: int | None = None) -> str:
@@ -218,20 +215,20 @@ def generator_command(env_name: str, save_path: str | None = None, num_episodes:
     num_episodes = num_episodes or PUBLISHED_NUM_EPISODES[name.domain]
     save_path = save_path or default_dataset_path(name.dataset_name)
     return (
-        f'python -m envs.generate_dataset --env_name={name.dataset_name} '
-        f'--num_episodes={num_episodes} --seed=0 --save_path={shlex.quote(save_path)}'
+        f"python -m envs.generate_dataset --env_name={name.dataset_name} "
+        f"--num_episodes={num_episodes} --seed=0 --save_path={shlex.quote(save_path)}"
     )
 
 
 def default_dataset_path(dataset_name: str, dataset_dir: str | None = None) -> str:
     """`<dataset_dir or ~/.ogbench/data>/<dataset_name>.npz`, user-expanded."""
-    return os.path.join(os.path.expanduser(dataset_dir or DEFAULT_DATASET_DIR), f'{dataset_name}.npz')
+    return os.path.join(os.path.expanduser(dataset_dir or DEFAULT_DATASET_DIR), f"{dataset_name}.npz")
 
 
 def val_path_for(path: str) -> str:
     """`a/b.npz` -> `a/b-val.npz` (the companion validation file)."""
     root, ext = os.path.splitext(path)
-    return f'{root}-val{ext or ".npz"}'
+    return f"{root}-val{ext or '.npz'}"
 
 
 def check_success_timing(success_timing: str) -> str:
@@ -242,7 +239,7 @@ def check_success_timing(success_timing: str) -> str:
     """
     if success_timing not in SUCCESS_TIMINGS:
         raise ValueError(
-            f'--success_timing must be one of {", ".join(repr(t) for t in SUCCESS_TIMINGS)}, got {success_timing!r}.'
+            f"--success_timing must be one of {', '.join(repr(t) for t in SUCCESS_TIMINGS)}, got {success_timing!r}."
         )
     return success_timing
 
@@ -262,7 +259,7 @@ def effective_task_id(env_name: str) -> int:
     return int(_relabel_env(name.env_id).unwrapped._reward_task_id)
 
 
-def ogbench_metadata(env_name: str, success_timing: str = 'post') -> dict:
+def ogbench_metadata(env_name: str, success_timing: str = "post") -> dict:
     """Version of ogbench in use, the success timing a run uses and the task it runs.
 
     Args:
@@ -279,14 +276,14 @@ def ogbench_metadata(env_name: str, success_timing: str = 'post') -> dict:
     """
     check_success_timing(success_timing)
     return {
-        'ogbench_version': importlib.metadata.version('ogbench'),
-        'success_timing': success_timing,
-        'reward_timing': f'{success_timing}-step',
-        'task_id': effective_task_id(env_name),
+        "ogbench_version": importlib.metadata.version("ogbench"),
+        "success_timing": success_timing,
+        "reward_timing": f"{success_timing}-step",
+        "task_id": effective_task_id(env_name),
     }
 
 
-def make_ogbench_env(env_name: str, success_timing: str = 'post', **env_kwargs) -> gymnasium.Env:
+def make_ogbench_env(env_name: str, success_timing: str = "post", **env_kwargs) -> gymnasium.Env:
     """Create the single-task env for a training env name (what ogbench's `env_only=True` returns).
 
     Args:
@@ -312,9 +309,9 @@ def _relabel_env(env_id: str) -> gymnasium.Env:
 
 def _missing_file_error(path: str, dataset_name: str) -> FileNotFoundError:
     return FileNotFoundError(
-        f'OGBench dataset file not found: {path}\n'
-        f'There is no network here, so it cannot be downloaded; generate it locally with:\n'
-        f'  {generator_command(dataset_name, save_path=path)}'
+        f"OGBench dataset file not found: {path}\n"
+        f"There is no network here, so it cannot be downloaded; generate it locally with:\n"
+        f"  {generator_command(dataset_name, save_path=path)}"
     )
 
 
@@ -322,58 +319,55 @@ def _read_trajectories(path: str, dataset_name: str, needs_buttons: bool) -> dic
     """Read and check the stored trajectory arrays of one npz file (see the module docstring)."""
     if not os.path.isfile(path):
         raise _missing_file_error(path, dataset_name)
-    regenerate = f'Delete it and regenerate with:\n  {generator_command(dataset_name, save_path=path)}'
-    keys = TRAJECTORY_KEYS + (('button_states',) if needs_buttons else ())
+    regenerate = f"Delete it and regenerate with:\n  {generator_command(dataset_name, save_path=path)}"
+    keys = TRAJECTORY_KEYS + (("button_states",) if needs_buttons else ())
     read_errors = (zipfile.BadZipFile, EOFError, OSError, ValueError, zlib.error, KeyError)
     try:
         npz = np.load(path, allow_pickle=False)
     except read_errors as e:
         raise ValueError(
-            f'Dataset file {path} is truncated or corrupt: cannot open it ({type(e).__name__}: {e}). '
-            f'{regenerate}'
+            f"Dataset file {path} is truncated or corrupt: cannot open it ({type(e).__name__}: {e}). {regenerate}"
         ) from e
     if not isinstance(npz, np.lib.npyio.NpzFile):
-        raise ValueError(f'Dataset file {path} is a single .npy array, not an npz archive. {regenerate}')
+        raise ValueError(f"Dataset file {path} is a single .npy array, not an npz archive. {regenerate}")
     with npz:
         missing = [k for k in keys if k not in npz.files]
         if missing:
-            raise ValueError(
-                f'Dataset file {path} lacks key(s) {missing} (it has {sorted(npz.files)}). {regenerate}'
-            )
+            raise ValueError(f"Dataset file {path} lacks key(s) {missing} (it has {sorted(npz.files)}). {regenerate}")
         arrays = {}
         for k in keys:
             try:
                 arrays[k] = npz[k]
             except read_errors as e:
                 raise ValueError(
-                    f'Dataset file {path} is truncated or corrupt: reading {k!r} failed '
-                    f'({type(e).__name__}: {e}). {regenerate}'
+                    f"Dataset file {path} is truncated or corrupt: reading {k!r} failed "
+                    f"({type(e).__name__}: {e}). {regenerate}"
                 ) from e
 
-    n = len(arrays['observations'])
+    n = len(arrays["observations"])
     lengths = {k: (len(v) if v.ndim else None) for k, v in arrays.items()}
     if any(length != n for length in lengths.values()):
-        raise ValueError(f'Dataset file {path} has mismatched lengths {lengths}. {regenerate}')
-    for k in ('observations', 'actions', 'qpos', 'qvel'):
+        raise ValueError(f"Dataset file {path} has mismatched lengths {lengths}. {regenerate}")
+    for k in ("observations", "actions", "qpos", "qvel"):
         if arrays[k].ndim != 2:
-            raise ValueError(f'Dataset file {path}: {k!r} must be 2-D (rows, dim), got {arrays[k].shape}.')
+            raise ValueError(f"Dataset file {path}: {k!r} must be 2-D (rows, dim), got {arrays[k].shape}.")
     if n < 2:
-        raise ValueError(f'Dataset file {path} holds {n} row(s); at least one transition needs 2.')
+        raise ValueError(f"Dataset file {path} holds {n} row(s); at least one transition needs 2.")
     for k in FINITE_KEYS:
         finite = np.isfinite(arrays[k]).all(axis=tuple(range(1, arrays[k].ndim)))
         if not finite.all():
             bad = np.flatnonzero(~finite)
             raise ValueError(
-                f'Dataset file {path}: {k!r} has non-finite values (NaN/inf) in {len(bad)} row(s), '
-                f'first at row {bad[0]}. {regenerate}'
+                f"Dataset file {path}: {k!r} has non-finite values (NaN/inf) in {len(bad)} row(s), "
+                f"first at row {bad[0]}. {regenerate}"
             )
-    terminals = arrays['terminals']
+    terminals = arrays["terminals"]
     if not np.isin(terminals, (0, 1)).all():
-        raise ValueError(f'Dataset file {path}: terminals must be 0/1, got {np.unique(terminals)[:5]}.')
+        raise ValueError(f"Dataset file {path}: terminals must be 0/1, got {np.unique(terminals)[:5]}.")
     if not terminals[-1]:
         raise ValueError(
-            f'Dataset file {path}: the last row is not a trajectory end (terminals[-1] == 0); '
-            f'the file is incomplete. {regenerate}'
+            f"Dataset file {path}: the last row is not a trajectory end (terminals[-1] == 0); "
+            f"the file is incomplete. {regenerate}"
         )
     return arrays
 
@@ -383,7 +377,7 @@ def load_ogbench_dataset(
     env_name: str,
     action_clip_eps: float | None = 1e-5,
     keep_info: bool = False,
-    success_timing: str = 'pre',
+    success_timing: str = "pre",
 ) -> dict[str, np.ndarray]:
     """Load one OGBench npz file as relabelled transitions for the task of `env_name`.
 
@@ -418,27 +412,27 @@ def load_ogbench_dataset(
     check_success_timing(success_timing)
     arrays = _read_trajectories(path, name.dataset_name, name.has_button_states)
 
-    ends = arrays['terminals'].astype(bool)
+    ends = arrays["terminals"].astype(bool)
     starts = np.flatnonzero(~ends)  # rows that have a next state in the same trajectory
     dataset = {
-        'observations': arrays['observations'][starts].astype(np.float32),
-        'actions': arrays['actions'][starts].astype(np.float32),
-        'next_observations': arrays['observations'][starts + 1].astype(np.float32),
-        'terminals': ends[starts + 1].astype(np.float32),
+        "observations": arrays["observations"][starts].astype(np.float32),
+        "actions": arrays["actions"][starts].astype(np.float32),
+        "next_observations": arrays["observations"][starts + 1].astype(np.float32),
+        "terminals": ends[starts + 1].astype(np.float32),
     }
-    info_keys = ('qpos', 'qvel') + (('button_states',) if name.has_button_states else ())
+    info_keys = ("qpos", "qvel") + (("button_states",) if name.has_button_states else ())
     for k in info_keys:
         dataset[k] = arrays[k][starts]
 
     # The state whose reward/success step(a_t) returns: s_{t+1} (post) or s_t (pre). `starts + 1` stays in
     # the trajectory, since a start row is never a trajectory's last row.
-    rows = starts + 1 if success_timing == 'post' else starts
+    rows = starts + 1 if success_timing == "post" else starts
     states = {k: arrays[k][rows] for k in info_keys}
     relabel_dataset(name.env_id, _relabel_env(name.env_id), states)  # adds 'rewards', 'masks' (float32)
-    dataset['rewards'], dataset['masks'] = states['rewards'], states['masks']
+    dataset["rewards"], dataset["masks"] = states["rewards"], states["masks"]
 
     if action_clip_eps is not None:
-        dataset['actions'] = np.clip(dataset['actions'], -1 + action_clip_eps, 1 - action_clip_eps)
+        dataset["actions"] = np.clip(dataset["actions"], -1 + action_clip_eps, 1 - action_clip_eps)
     if not keep_info:
         for k in info_keys:
             del dataset[k]
@@ -459,15 +453,15 @@ def list_dataset_shards(dataset_dir: str, dataset_name: str | None = None) -> li
     """
     dataset_dir = os.path.expanduser(dataset_dir)
     if not os.path.isdir(dataset_dir):
-        raise FileNotFoundError(f'Dataset directory not found: {dataset_dir}')
-    prefix = re.sub(r'-v\d+$', '', dataset_name) if dataset_name else ''
+        raise FileNotFoundError(f"Dataset directory not found: {dataset_dir}")
+    prefix = re.sub(r"-v\d+$", "", dataset_name) if dataset_name else ""
     shards = sorted(
         p
-        for p in glob.glob(os.path.join(glob.escape(dataset_dir), f'{glob.escape(prefix)}*.npz'))
-        if not p.endswith('-val.npz')
+        for p in glob.glob(os.path.join(glob.escape(dataset_dir), f"{glob.escape(prefix)}*.npz"))
+        if not p.endswith("-val.npz")
     )
     if not shards:
-        raise FileNotFoundError(f'No dataset shards {prefix}*.npz (other than -val files) in {dataset_dir}')
+        raise FileNotFoundError(f"No dataset shards {prefix}*.npz (other than -val files) in {dataset_dir}")
     return shards
 
 

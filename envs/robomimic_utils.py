@@ -46,20 +46,20 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 # Per-task episode cap of the online envs (the reference's values).
-EPISODE_CAPS = {'lift': 300, 'can': 300, 'square': 400, 'transport': 800, 'tool_hang': 1000}
-DATASET_TYPES = ('mh', 'ph')
+EPISODE_CAPS = {"lift": 300, "can": 300, "square": 400, "transport": 800, "tool_hang": 1000}
+DATASET_TYPES = ("mh", "ph")
 # Low-dim observation keys, concatenated in this order offline and online. For the two-arm transport
 # task these are robot0's keys only, as in the reference.
-OBS_KEYS = ('robot0_eef_pos', 'robot0_eef_quat', 'robot0_gripper_qpos', 'object')
-DEFAULT_DATASET_DIR = '~/.robomimic'
-DATASET_FILE = 'low_dim_v15.hdf5'
-REQUIREMENTS_FILE = 'requirements-robomimic.txt'
-SUPPORTED_PATTERN = f'{{{",".join(EPISODE_CAPS)}}}-{{{",".join(DATASET_TYPES)}}}-low_dim'
+OBS_KEYS = ("robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos", "object")
+DEFAULT_DATASET_DIR = "~/.robomimic"
+DATASET_FILE = "low_dim_v15.hdf5"
+REQUIREMENTS_FILE = "requirements-robomimic.txt"
+SUPPORTED_PATTERN = f"{{{','.join(EPISODE_CAPS)}}}-{{{','.join(DATASET_TYPES)}}}-low_dim"
 
-_NAME_RE = re.compile(rf'^(?P<task>{"|".join(EPISODE_CAPS)})-(?P<type>{"|".join(DATASET_TYPES)})-low_dim$')
-_DEMO_RE = re.compile(r'^demo_(\d+)$')
+_NAME_RE = re.compile(rf"^(?P<task>{'|'.join(EPISODE_CAPS)})-(?P<type>{'|'.join(DATASET_TYPES)})-low_dim$")
+_DEMO_RE = re.compile(r"^demo_(\d+)$")
 # Where robomimic publishes its v1.5 datasets (a Hugging Face dataset repository).
-_DOWNLOAD_URL = 'https://huggingface.co/datasets/robomimic/robomimic_datasets/resolve/main/v1.5/{task}/{type}/' + (
+_DOWNLOAD_URL = "https://huggingface.co/datasets/robomimic/robomimic_datasets/resolve/main/v1.5/{task}/{type}/" + (
     DATASET_FILE
 )
 
@@ -77,8 +77,8 @@ def parse_robomimic_name(env_name: str) -> tuple[str, str]:
     """
     m = _NAME_RE.match(env_name)
     if m is None:
-        raise ValueError(f'Not a supported robomimic env name: {env_name!r}. Supported: {SUPPORTED_PATTERN}')
-    return m['task'], m['type']
+        raise ValueError(f"Not a supported robomimic env name: {env_name!r}. Supported: {SUPPORTED_PATTERN}")
+    return m["task"], m["type"]
 
 
 def episode_cap(env_name: str) -> int:
@@ -111,13 +111,13 @@ def _missing_file_error(path: str, env_name: str) -> FileNotFoundError:
     task, dataset_type = parse_robomimic_name(env_name)
     default = os.path.join(DEFAULT_DATASET_DIR, task, dataset_type, DATASET_FILE)
     return FileNotFoundError(
-        f'robomimic dataset file not found: {path}\n'
-        f'{env_name} needs robomimic\'s v1.5 {dataset_type.upper()} low-dim dataset of the {task!r} task. '
-        f'Nothing is downloaded here; fetch it on a machine with network access from\n'
-        f'  {_DOWNLOAD_URL.format(task=task, type=dataset_type)}\n'
-        f'(robomimic\'s dataset v1.5/{task}/{dataset_type}/{DATASET_FILE}) and put it at {default}, or pass '
-        f'--dataset_path=/path/to/{DATASET_FILE} (or a directory laid out as <dir>/{task}/{dataset_type}/'
-        f'{DATASET_FILE}).'
+        f"robomimic dataset file not found: {path}\n"
+        f"{env_name} needs robomimic's v1.5 {dataset_type.upper()} low-dim dataset of the {task!r} task. "
+        f"Nothing is downloaded here; fetch it on a machine with network access from\n"
+        f"  {_DOWNLOAD_URL.format(task=task, type=dataset_type)}\n"
+        f"(robomimic's dataset v1.5/{task}/{dataset_type}/{DATASET_FILE}) and put it at {default}, or pass "
+        f"--dataset_path=/path/to/{DATASET_FILE} (or a directory laid out as <dir>/{task}/{dataset_type}/"
+        f"{DATASET_FILE})."
     )
 
 
@@ -137,16 +137,16 @@ def resolve_dataset_path(env_name: str, dataset_path: str | None = None, dataset
 def _sorted_demos(data, path: str) -> list[str]:
     demos = [k for k in data.keys() if _DEMO_RE.match(k)]
     if not demos:
-        raise ValueError(f'robomimic file {path}: the data group holds no demo_<i> groups (keys: {list(data)[:5]}).')
+        raise ValueError(f"robomimic file {path}: the data group holds no demo_<i> groups (keys: {list(data)[:5]}).")
     return sorted(demos, key=lambda k: int(_DEMO_RE.match(k)[1]))  # numeric: demo_2 before demo_10
 
 
 def _read_env_meta(data, path: str) -> dict:
-    if 'env_args' not in data.attrs:
+    if "env_args" not in data.attrs:
         raise ValueError(f'robomimic file {path}: data.attrs has no "env_args" (the env metadata).')
-    raw = data.attrs['env_args']
+    raw = data.attrs["env_args"]
     meta = json.loads(raw.decode() if isinstance(raw, bytes) else str(raw))
-    if not isinstance(meta, dict) or 'env_name' not in meta or 'env_kwargs' not in meta:
+    if not isinstance(meta, dict) or "env_name" not in meta or "env_kwargs" not in meta:
         raise ValueError(f'robomimic file {path}: env_args must hold "env_name" and "env_kwargs", got {meta!r}.')
     return meta
 
@@ -155,10 +155,10 @@ def _open_data(path: str):
     import h5py  # noqa: PLC0415  (h5py is a base requirement; imported here to keep module import light)
 
     try:
-        f = h5py.File(path, 'r')
+        f = h5py.File(path, "r")
     except OSError as e:
-        raise ValueError(f'robomimic file {path} cannot be read as hdf5 ({e}); download it again.') from e
-    if 'data' not in f:
+        raise ValueError(f"robomimic file {path} cannot be read as hdf5 ({e}); download it again.") from e
+    if "data" not in f:
         f.close()
         raise ValueError(f'robomimic file {path} has no "data" group; it is not a robomimic dataset.')
     return f
@@ -172,9 +172,9 @@ def load_env_meta(path: str) -> dict:
         ValueError: not a readable robomimic file, or no usable `env_args`.
     """
     if not os.path.isfile(path):
-        raise FileNotFoundError(f'robomimic dataset file not found: {path}')
+        raise FileNotFoundError(f"robomimic dataset file not found: {path}")
     with _open_data(path) as f:
-        return _read_env_meta(f['data'], path)
+        return _read_env_meta(f["data"], path)
 
 
 def load_robomimic_dataset(path: str, action_clip_eps: float | None = 1e-5) -> dict[str, np.ndarray]:
@@ -195,47 +195,47 @@ def load_robomimic_dataset(path: str, action_clip_eps: float | None = 1e-5) -> d
         ValueError: unreadable file; no demos; a demo lacks a key, its arrays disagree in length, or hold NaN/inf.
     """
     if not os.path.isfile(path):
-        raise FileNotFoundError(f'robomimic dataset file not found: {path}')
-    parts = {k: [] for k in ('observations', 'actions', 'rewards', 'dones', 'next_observations')}
+        raise FileNotFoundError(f"robomimic dataset file not found: {path}")
+    parts = {k: [] for k in ("observations", "actions", "rewards", "dones", "next_observations")}
     with _open_data(path) as f:
-        data = f['data']
+        data = f["data"]
         for demo in _sorted_demos(data, path):
             group = data[demo]
-            needed = ['actions', 'rewards', 'dones'] + [f'{o}/{k}' for o in ('obs', 'next_obs') for k in OBS_KEYS]
+            needed = ["actions", "rewards", "dones"] + [f"{o}/{k}" for o in ("obs", "next_obs") for k in OBS_KEYS]
             missing = [k for k in needed if k not in group]
             if missing:
-                raise ValueError(f'robomimic file {path}: {demo} lacks {missing}.')
-            obs = np.concatenate([np.asarray(group[f'obs/{k}'], dtype=np.float32) for k in OBS_KEYS], axis=-1)
+                raise ValueError(f"robomimic file {path}: {demo} lacks {missing}.")
+            obs = np.concatenate([np.asarray(group[f"obs/{k}"], dtype=np.float32) for k in OBS_KEYS], axis=-1)
             next_obs = np.concatenate(
-                [np.asarray(group[f'next_obs/{k}'], dtype=np.float32) for k in OBS_KEYS], axis=-1
+                [np.asarray(group[f"next_obs/{k}"], dtype=np.float32) for k in OBS_KEYS], axis=-1
             )  # (T, ob_dim)
             arrays = {
-                'observations': obs,
-                'next_observations': next_obs,
-                'actions': np.asarray(group['actions'], dtype=np.float32),
-                'rewards': np.asarray(group['rewards'], dtype=np.float32).reshape(-1),
-                'dones': np.asarray(group['dones'], dtype=np.float32).reshape(-1),
+                "observations": obs,
+                "next_observations": next_obs,
+                "actions": np.asarray(group["actions"], dtype=np.float32),
+                "rewards": np.asarray(group["rewards"], dtype=np.float32).reshape(-1),
+                "dones": np.asarray(group["dones"], dtype=np.float32).reshape(-1),
             }
             lengths = {k: len(v) for k, v in arrays.items()}
-            if len(set(lengths.values())) != 1 or lengths['actions'] == 0:
-                raise ValueError(f'robomimic file {path}: {demo} has mismatched or zero lengths {lengths}.')
+            if len(set(lengths.values())) != 1 or lengths["actions"] == 0:
+                raise ValueError(f"robomimic file {path}: {demo} has mismatched or zero lengths {lengths}.")
             bad = [k for k, v in arrays.items() if not np.isfinite(v).all()]
             if bad:
-                raise ValueError(f'robomimic file {path}: {demo} has NaN/inf in {bad}.')
+                raise ValueError(f"robomimic file {path}: {demo} has NaN/inf in {bad}.")
             for k, v in arrays.items():
                 parts[k].append(v)
 
-    dones = np.concatenate(parts.pop('dones'))
+    dones = np.concatenate(parts.pop("dones"))
     terminals = dones.copy()
     # The last step of every demo ends a trajectory even where `dones` is 0 there, so a sampled window
     # never runs into the next demo. Masks stay 1 - dones (such an end is a cut, not a success).
-    terminals[np.cumsum([len(a) for a in parts['actions']]) - 1] = 1.0
+    terminals[np.cumsum([len(a) for a in parts["actions"]]) - 1] = 1.0
     dataset = {k: np.concatenate(v, axis=0) for k, v in parts.items()}
-    dataset['rewards'] = reward_transform(dataset['rewards'])
-    dataset['masks'] = (1.0 - dones).astype(np.float32)
-    dataset['terminals'] = terminals
+    dataset["rewards"] = reward_transform(dataset["rewards"])
+    dataset["masks"] = (1.0 - dones).astype(np.float32)
+    dataset["terminals"] = terminals
     if action_clip_eps is not None:
-        dataset['actions'] = np.clip(dataset['actions'], -1 + action_clip_eps, 1 - action_clip_eps)
+        dataset["actions"] = np.clip(dataset["actions"], -1 + action_clip_eps, 1 - action_clip_eps)
     return dataset
 
 
@@ -253,15 +253,15 @@ def import_robosuite():
         import robosuite  # noqa: PLC0415  (optional extra, imported only when a robomimic env is made)
     except ImportError as e:
         raise ImportError(
-            f'robomimic envs need the optional simulator extra (robosuite 1.5.1 on mujoco 3.8.1), which cannot '
-            f'be imported here: {e}\n'
-            f'Install it into its own venv (its mujoco/dm_control pins differ from requirements.txt):\n'
-            f'  python3.11 -m venv ~/.venvs/qc-robomimic && . ~/.venvs/qc-robomimic/bin/activate\n'
+            f"robomimic envs need the optional simulator extra (robosuite 1.5.1 on mujoco 3.8.1), which cannot "
+            f"be imported here: {e}\n"
+            f"Install it into its own venv (its mujoco/dm_control pins differ from requirements.txt):\n"
+            f"  python3.11 -m venv ~/.venvs/qc-robomimic && . ~/.venvs/qc-robomimic/bin/activate\n"
             f"  grep -vE '^(mujoco|dm_control)==' requirements.txt > /tmp/requirements-base.txt\n"
-            f'  pip install -r /tmp/requirements-base.txt -r {REQUIREMENTS_FILE}'
+            f"  pip install -r /tmp/requirements-base.txt -r {REQUIREMENTS_FILE}"
         ) from e
     # robosuite logs several "controller config for <part> skipped" warnings at every reset.
-    logging.getLogger('robosuite_logs').setLevel(logging.ERROR)
+    logging.getLogger("robosuite_logs").setLevel(logging.ERROR)
     return robosuite
 
 
@@ -271,12 +271,12 @@ def robosuite_kwargs(env_meta: dict) -> dict:
     Raises:
         ValueError: the controller config is not in robosuite 1.5's composite format (not a v1.5 file).
     """
-    kwargs = copy.deepcopy(env_meta['env_kwargs'])
-    controller = kwargs.get('controller_configs')
-    if isinstance(controller, dict) and 'body_parts' not in controller:
+    kwargs = copy.deepcopy(env_meta["env_kwargs"])
+    controller = kwargs.get("controller_configs")
+    if isinstance(controller, dict) and "body_parts" not in controller:
         raise ValueError(
-            f'env_args of {env_meta.get("env_name")!r} has a pre-1.5 controller config ({controller.get("type")}); '
-            f'use robomimic\'s v1.5 files ({DATASET_FILE}).'
+            f"env_args of {env_meta.get('env_name')!r} has a pre-1.5 controller config ({controller.get('type')}); "
+            f"use robomimic's v1.5 files ({DATASET_FILE})."
         )
     kwargs.update(
         has_renderer=False,
@@ -303,7 +303,7 @@ class RobomimicLowDimEnv(gymnasium.Env):
     the caller's global state is left as it was.
     """
 
-    metadata = {'render_modes': []}
+    metadata = {"render_modes": []}
 
     def __init__(self, robosuite_env, max_episode_steps: int, seed: int | None = None):
         self._env = robosuite_env
@@ -330,7 +330,7 @@ class RobomimicLowDimEnv(gymnasium.Env):
 
     @staticmethod
     def _flatten(raw: dict) -> np.ndarray:
-        parts = [raw['object-state'] if k == 'object' else raw[k] for k in OBS_KEYS]
+        parts = [raw["object-state"] if k == "object" else raw[k] for k in OBS_KEYS]
         return np.concatenate([np.asarray(p, dtype=np.float32).reshape(-1) for p in parts])  # (ob_dim,)
 
     def is_success(self) -> bool:
@@ -347,7 +347,7 @@ class RobomimicLowDimEnv(gymnasium.Env):
     def step(self, action):
         action = np.asarray(action, dtype=np.float64)
         if action.shape != self.action_space.shape:
-            raise ValueError(f'action has shape {action.shape}, expected {self.action_space.shape}.')
+            raise ValueError(f"action has shape {action.shape}, expected {self.action_space.shape}.")
         raw, reward, _, info = self._call(self._env.step, np.clip(action, -1.0, 1.0))
         self._t += 1
         success = self.is_success()
@@ -357,7 +357,7 @@ class RobomimicLowDimEnv(gymnasium.Env):
         return self._flatten(raw), float(reward), terminated, truncated, info
 
     def render(self):
-        raise NotImplementedError('robomimic envs are created without a renderer; run with --video_episodes=0.')
+        raise NotImplementedError("robomimic envs are created without a renderer; run with --video_episodes=0.")
 
     def close(self):
         self._env.close()
@@ -372,11 +372,15 @@ def make_robomimic_env(env_name: str, env_meta: dict, seed: int | None = None) -
     """
     cap = episode_cap(env_name)
     robosuite = import_robosuite()
-    stored = env_meta.get('env_version')
-    if stored is not None and str(stored).split('.')[:2] != robosuite.__version__.split('.')[:2]:
-        logger.warning('%s: the dataset was recorded with robosuite %s, this is robosuite %s.',
-                       env_name, stored, robosuite.__version__)
-    raw_env = robosuite.make(env_meta['env_name'], **robosuite_kwargs(env_meta))
+    stored = env_meta.get("env_version")
+    if stored is not None and str(stored).split(".")[:2] != robosuite.__version__.split(".")[:2]:
+        logger.warning(
+            "%s: the dataset was recorded with robosuite %s, this is robosuite %s.",
+            env_name,
+            stored,
+            robosuite.__version__,
+        )
+    raw_env = robosuite.make(env_meta["env_name"], **robosuite_kwargs(env_meta))
     return RobomimicLowDimEnv(raw_env, max_episode_steps=cap, seed=seed)
 
 
@@ -410,14 +414,14 @@ def make_env_and_datasets(
     env_seed, eval_seed = (int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(2))
     env = make_robomimic_env(env_name, env_meta, seed=env_seed)
     eval_env = make_robomimic_env(env_name, env_meta, seed=eval_seed)
-    if env.action_space.shape[-1] != train['actions'].shape[-1]:
+    if env.action_space.shape[-1] != train["actions"].shape[-1]:
         raise ValueError(
-            f'{path}: actions have {train["actions"].shape[-1]} dims, the env takes {env.action_space.shape[-1]}.'
+            f"{path}: actions have {train['actions'].shape[-1]} dims, the env takes {env.action_space.shape[-1]}."
         )
-    if env.observation_space.shape[-1] != train['observations'].shape[-1]:
+    if env.observation_space.shape[-1] != train["observations"].shape[-1]:
         raise ValueError(
-            f'{path}: observations have {train["observations"].shape[-1]} dims, the env gives '
-            f'{env.observation_space.shape[-1]}.'
+            f"{path}: observations have {train['observations'].shape[-1]} dims, the env gives "
+            f"{env.observation_space.shape[-1]}."
         )
     return env, eval_env, train, None
 
@@ -425,14 +429,14 @@ def make_env_and_datasets(
 def run_metadata(env_name: str) -> dict:
     """Facts to store with a run: robosuite/mujoco versions, episode cap, reward transform (imports no simulator)."""
     versions = {}
-    for package in ('robosuite', 'mujoco'):
+    for package in ("robosuite", "mujoco"):
         try:
-            versions[f'{package}_version'] = importlib.metadata.version(package)
+            versions[f"{package}_version"] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
-            versions[f'{package}_version'] = None
+            versions[f"{package}_version"] = None
     return {
         **versions,
-        'robomimic_dataset': DATASET_FILE,
-        'episode_cap': episode_cap(env_name),
-        'reward_transform': 'r - 1 (offline and online)',
+        "robomimic_dataset": DATASET_FILE,
+        "episode_cap": episode_cap(env_name),
+        "reward_transform": "r - 1 (offline and online)",
     }

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import gymnasium
 
 # Info keys the reference drops from OGBench infos (large per-step privileged/proprioceptive state).
-OGBENCH_INFO_FILTERS = ('.*privileged.*', '.*proprio.*')
+OGBENCH_INFO_FILTERS = (".*privileged.*", ".*proprio.*")
 
 
 class EpisodeMonitor(gymnasium.Wrapper):
@@ -27,7 +27,7 @@ class EpisodeMonitor(gymnasium.Wrapper):
             infos, e.g. `OGBENCH_INFO_FILTERS`. The keys 'success' and 'episode' are never removed.
     """
 
-    _PROTECTED = ('success', 'episode')
+    _PROTECTED = ("success", "episode")
 
     def __init__(self, env: gymnasium.Env, filter_regexes: Sequence[str] = ()):
         super().__init__(env)
@@ -42,11 +42,7 @@ class EpisodeMonitor(gymnasium.Wrapper):
     def _filter(self, info: dict) -> dict:
         if not self._filters:
             return info
-        return {
-            k: v
-            for k, v in info.items()
-            if k in self._PROTECTED or not any(f.match(k) for f in self._filters)
-        }
+        return {k: v for k, v in info.items() if k in self._PROTECTED or not any(f.match(k) for f in self._filters)}
 
     def reset(self, **kwargs):
         self._reset_stats()
@@ -59,9 +55,9 @@ class EpisodeMonitor(gymnasium.Wrapper):
         self._return += float(reward)
         self._length += 1
         if terminated or truncated:
-            info['episode'] = {
-                'return': self._return,
-                'length': self._length,
-                'duration': time.perf_counter() - self._start,
+            info["episode"] = {
+                "return": self._return,
+                "length": self._length,
+                "duration": time.perf_counter() - self._start,
             }
         return ob, reward, terminated, truncated, info

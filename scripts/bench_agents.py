@@ -3,10 +3,10 @@
     python scripts/bench_agents.py                      # QC (best-of-n, N=32) and QC-FQL, UTD 1 and 10
     python scripts/bench_agents.py --methods qc --utd 1 --hidden 512 --layers 4 --obs_dim 40
 
-Gradient steps/s: ``batch_update`` on U stacked batches (lax.scan), timed over ``--calls`` calls after
-a warm-up call (compilation excluded), ``block_until_ready`` on the result. Decisions/s:
-``sample_actions`` on one observation (no batch axis, the driver's call), timed the same way.
-Batches are random numbers of the shape of a ``sample_sequence`` batch (values do not affect speed).
+Gradient steps/s: `batch_update` on U stacked batches (lax.scan), timed over `--calls` calls after
+a warm-up call (compilation excluded), `block_until_ready` on the result. Decisions/s:
+`sample_actions` on one observation (no batch axis, the driver's call), timed the same way.
+Batches are random numbers of the shape of a `sample_sequence` batch (values do not affect speed).
 For scale, the authors' code on 2 CPU cores: QC N=32 about 0.9 steps/s, QC-FQL about 12 steps/s,
 about 180 QC decisions/s (measured when this project started).
 """
@@ -42,7 +42,7 @@ def make_batches(rng, utd, batch_size, h, obs_dim, action_dim):
 
 
 def timed(fn, calls):
-    """Seconds per call of ``fn`` after one warm-up call (which compiles)."""
+    """Seconds per call of `fn` after one warm-up call (which compiles)."""
     jax.block_until_ready(fn())
     start = time.perf_counter()
     for _ in range(calls):
@@ -51,7 +51,7 @@ def timed(fn, calls):
 
 
 def bench_method(method, args):
-    """Rows ``(method, measurement, rate, unit)`` for one method."""
+    """Rows `(method, measurement, rate, unit)` for one method."""
     config = get_config()
     config.update(METHODS[method])
     config.horizon_length = args.horizon_length
@@ -95,10 +95,14 @@ def main():
     parser.add_argument("--flow_steps", type=int, default=10, help="Euler steps of the BC flow")
     args = parser.parse_args()
 
-    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.2f}")
-    print(f"MLPs {args.layers}x{args.hidden}, batch {args.batch_size}, h={args.horizon_length}, "
-          f"obs {args.obs_dim}, action {args.action_dim}, flow_steps {args.flow_steps}")
+    print(
+        f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"MLPs {args.layers}x{args.hidden}, batch {args.batch_size}, h={args.horizon_length}, "
+        f"obs {args.obs_dim}, action {args.action_dim}, flow_steps {args.flow_steps}"
+    )
     rows = [row for method in args.methods.split(",") for row in bench_method(method, args)]
     print(f"\nload average {os.getloadavg()[0]:.2f}")
     print("| method | measurement | rate | unit |\n| --- | --- | --- | --- |")

@@ -1,27 +1,27 @@
 """Speed of our ACFQL gradient step against the authors' code, as a ratio measured in one run.
 
-What it measures: steps/s of ``ACFQLAgent.update(batch)`` (one jitted gradient step of critic and
+What it measures: steps/s of `ACFQLAgent.update(batch)` (one jitted gradient step of critic and
 actor plus the target-critic update) in this repository (agents/acfql.py) and in the authors'
 implementation (their agents/acfql.py), on the same machine, same configuration and same batches.
 
 How: each round starts two worker processes one after the other, ours then the reference's (the
 order is swapped on odd rounds so that slow drift of a shared, noisy machine cancels). The two
-codebases both have top-level packages named ``agents`` and ``utils``, so each worker runs in its
-own Python process with only its own repository root on ``sys.path``. A worker builds the agent
-from each side's ``get_config()`` with the same overrides (``horizon_length``, ``actor_type``,
-``alpha`` or ``actor_num_samples``, ``actor_hidden_dims``, ``value_hidden_dims``), builds a few fixed
-random batches with the keys and shapes of a ``sample_sequence`` batch (the same seed, so both sides
-get identical arrays; a checksum is compared), puts them on the device, runs ``--warmup`` updates
-(compilation is excluded from the timing), then times ``--steps`` sequential ``agent.update(batch)``
-calls cycling through the batches, with ``jax.block_until_ready`` on the final agent. Batch values do
-not affect the speed. ``JAX_PLATFORMS=cpu`` is forced unless ``--platform`` is given.
+codebases both have top-level packages named `agents` and `utils`, so each worker runs in its
+own Python process with only its own repository root on `sys.path`. A worker builds the agent
+from each side's `get_config()` with the same overrides (`horizon_length`, `actor_type`,
+`alpha` or `actor_num_samples`, `actor_hidden_dims`, `value_hidden_dims`), builds a few fixed
+random batches with the keys and shapes of a `sample_sequence` batch (the same seed, so both sides
+get identical arrays; a checksum is compared), puts them on the device, runs `--warmup` updates
+(compilation is excluded from the timing), then times `--steps` sequential `agent.update(batch)`
+calls cycling through the batches, with `jax.block_until_ready` on the final agent. Batch values do
+not affect the speed. `JAX_PLATFORMS=cpu` is forced unless `--platform` is given.
 
 Getting the reference code: clone the authors' repository at the commit this project reproduces,
 
     git clone https://github.com/ColinQiyangLi/qc /path/to/qc && git -C /path/to/qc checkout 48283b4
 
-(nothing of it is copied here; the worker imports it at run time from ``--reference_dir``). Its
-``agents/__init__.py`` also imports their ACRLPD agent, which needs ``distrax`` (in our requirements).
+(nothing of it is copied here; the worker imports it at run time from `--reference_dir`). Its
+`agents/__init__.py` also imports their ACRLPD agent, which needs `distrax` (in our requirements).
 
     python scripts/bench_reference.py --reference_dir=/path/to/qc                  # QC-FQL, paper size
     python scripts/bench_reference.py --reference_dir=/path/to/qc --method=qc      # QC, best-of-32
@@ -52,25 +52,54 @@ METHODS = {
 # Config keys whose values legitimately differ in form between the two sides (filled in by create()).
 SHAPE_KEYS = ("ob_dims", "action_dim")
 # Size options forwarded unchanged from the parent to the workers.
-FORWARDED = ("method", "steps", "warmup", "num_batches", "hidden", "layers", "batch", "h", "obs_dim", "action_dim",
-             "seed", "reference_dir")
+FORWARDED = (
+    "method",
+    "steps",
+    "warmup",
+    "num_batches",
+    "hidden",
+    "layers",
+    "batch",
+    "h",
+    "obs_dim",
+    "action_dim",
+    "seed",
+    "reference_dir",
+)
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--reference_dir", default=None,
-                   help="root of the authors' repository (ColinQiyangLi/qc at commit 48283b4), the folder that "
-                        "holds their agents/ and utils/; required")
-    p.add_argument("--method", choices=sorted(METHODS), default="qcfql",
-                   help="qcfql: actor_type distill-ddpg, alpha 100 (default); qc: best-of-n with 32 samples")
-    p.add_argument("--rounds", type=int, default=3,
-                   help="rounds; each runs both implementations once, order swapped on odd rounds (default 3)")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--reference_dir",
+        default=None,
+        help="root of the authors' repository (ColinQiyangLi/qc at commit 48283b4), the folder that "
+        "holds their agents/ and utils/; required",
+    )
+    p.add_argument(
+        "--method",
+        choices=sorted(METHODS),
+        default="qcfql",
+        help="qcfql: actor_type distill-ddpg, alpha 100 (default); qc: best-of-n with 32 samples",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds; each runs both implementations once, order swapped on odd rounds (default 3)",
+    )
     p.add_argument("--steps", type=int, default=30, help="timed agent.update calls per worker (default 30)")
-    p.add_argument("--warmup", type=int, default=3,
-                   help="untimed agent.update calls before timing; the first compiles (default 3)")
-    p.add_argument("--num_batches", type=int, default=4,
-                   help="pre-built random batches the timed updates cycle through (default 4)")
+    p.add_argument(
+        "--warmup", type=int, default=3, help="untimed agent.update calls before timing; the first compiles (default 3)"
+    )
+    p.add_argument(
+        "--num_batches",
+        type=int,
+        default=4,
+        help="pre-built random batches the timed updates cycle through (default 4)",
+    )
     p.add_argument("--hidden", type=int, default=512, help="width of every hidden layer, actors and critic (512)")
     p.add_argument("--layers", type=int, default=4, help="hidden layers per MLP, actors and critic (default 4)")
     p.add_argument("--batch", type=int, default=256, help="batch size B (default 256)")
@@ -78,16 +107,26 @@ def parse_args(argv=None):
     p.add_argument("--obs_dim", type=int, default=40, help="observation size D (default 40)")
     p.add_argument("--action_dim", type=int, default=5, help="single-step action size A (default 5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the agents and of the random batches (default 0)")
-    p.add_argument("--platform", default=None,
-                   help="JAX_PLATFORMS for the workers, e.g. cuda; default cpu (forced, whatever the environment)")
-    p.add_argument("--timeout", type=float, default=3600.0,
-                   help="seconds after which a worker is killed and the run fails (default 3600)")
+    p.add_argument(
+        "--platform",
+        default=None,
+        help="JAX_PLATFORMS for the workers, e.g. cuda; default cpu (forced, whatever the environment)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=3600.0,
+        help="seconds after which a worker is killed and the run fails (default 3600)",
+    )
     p.add_argument("--out", default=None, help="also write the table (and the settings) as JSON to this file")
-    p.add_argument("--worker", choices=WORKERS, default=None,
-                   help="internal: run one timing worker for this implementation and print one JSON line")
+    p.add_argument(
+        "--worker",
+        choices=WORKERS,
+        default=None,
+        help="internal: run one timing worker for this implementation and print one JSON line",
+    )
     args = p.parse_args(argv)
-    for name in ("rounds", "steps", "warmup", "num_batches", "hidden", "layers", "batch", "h", "obs_dim",
-                 "action_dim"):
+    for name in ("rounds", "steps", "warmup", "num_batches", "hidden", "layers", "batch", "h", "obs_dim", "action_dim"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be >= 1")
     if args.worker != "ours":
@@ -103,7 +142,7 @@ def parse_args(argv=None):
 
 
 def _isolate_path(root, other):
-    """Make ``root`` the only one of the two repository roots importable (and the first entry)."""
+    """Make `root` the only one of the two repository roots importable (and the first entry)."""
     drop = {os.path.realpath(d) for d in (root, other, os.getcwd()) if d}
     sys.path[:] = [d for d in sys.path if os.path.realpath(d or os.getcwd()) not in drop]
     sys.path.insert(0, root)
@@ -112,24 +151,26 @@ def _isolate_path(root, other):
 
 
 def make_batches(args):
-    """``num_batches`` dicts of float32 numpy arrays shaped like a ``sample_sequence`` batch."""
+    """`num_batches` dicts of float32 numpy arrays shaped like a `sample_sequence` batch."""
     import numpy as np
 
     rng = np.random.default_rng(args.seed)
     b, h, d, a = args.batch, args.h, args.obs_dim, args.action_dim
     batches = []
     for _ in range(args.num_batches):
-        batches.append(dict(
-            observations=rng.normal(size=(b, d)),
-            actions=rng.uniform(-1, 1, (b, h, a)),
-            next_observations=rng.normal(size=(b, h, d)),
-            rewards=rng.normal(size=(b, h)),
-            masks=(rng.uniform(size=(b, h)) > 0.01),
-            valid=np.ones((b, h)),
-            terminals=(rng.uniform(size=(b, h)) < 0.01),
-            full_observations=rng.normal(size=(b, h, d)),
-            next_actions=rng.uniform(-1, 1, (b, h, a)),
-        ))
+        batches.append(
+            dict(
+                observations=rng.normal(size=(b, d)),
+                actions=rng.uniform(-1, 1, (b, h, a)),
+                next_observations=rng.normal(size=(b, h, d)),
+                rewards=rng.normal(size=(b, h)),
+                masks=(rng.uniform(size=(b, h)) > 0.01),
+                valid=np.ones((b, h)),
+                terminals=(rng.uniform(size=(b, h)) < 0.01),
+                full_observations=rng.normal(size=(b, h, d)),
+                next_actions=rng.uniform(-1, 1, (b, h, a)),
+            )
+        )
     return [{k: np.asarray(v, np.float32) for k, v in batch.items()} for batch in batches]
 
 
@@ -147,7 +188,7 @@ def _jsonable(config):
 
 
 def run_worker(args):
-    """Time ``agent.update`` of one implementation; print one JSON line."""
+    """Time `agent.update` of one implementation; print one JSON line."""
     root = OUR_ROOT if args.worker == "ours" else args.reference_dir
     _isolate_path(root, args.reference_dir if args.worker == "ours" else OUR_ROOT)
     import jax
@@ -181,12 +222,23 @@ def run_worker(args):
     jax.block_until_ready(agent)
     seconds = time.perf_counter() - start
 
-    print(json.dumps(dict(
-        worker=args.worker, module=os.path.realpath(module.__file__), steps=args.steps, seconds=seconds,
-        steps_per_s=args.steps / seconds, warmup_s=warmup_s, backend=jax.default_backend(),
-        devices=[str(d) for d in jax.devices()], batch_checksum=_checksum(host_batches),
-        config=_jsonable(agent.config),
-    )), flush=True)
+    print(
+        json.dumps(
+            dict(
+                worker=args.worker,
+                module=os.path.realpath(module.__file__),
+                steps=args.steps,
+                seconds=seconds,
+                steps_per_s=args.steps / seconds,
+                warmup_s=warmup_s,
+                backend=jax.default_backend(),
+                devices=[str(d) for d in jax.devices()],
+                batch_checksum=_checksum(host_batches),
+                config=_jsonable(agent.config),
+            )
+        ),
+        flush=True,
+    )
 
 
 # ----------------------------------------------------------------------------------------------- parent
@@ -197,8 +249,14 @@ def spawn(worker, args):
     cmd = [sys.executable, os.path.abspath(__file__), f"--worker={worker}"]
     cmd += [f"--{name}={getattr(args, name)}" for name in FORWARDED]
     env = dict(os.environ, JAX_PLATFORMS=args.platform or "cpu")
-    proc = subprocess.run(cmd, env=env, cwd=OUR_ROOT if worker == "ours" else args.reference_dir,
-                          capture_output=True, text=True, timeout=args.timeout)
+    proc = subprocess.run(
+        cmd,
+        env=env,
+        cwd=OUR_ROOT if worker == "ours" else args.reference_dir,
+        capture_output=True,
+        text=True,
+        timeout=args.timeout,
+    )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
@@ -222,9 +280,11 @@ def config_differences(ours, reference):
 
 
 def main(args):
-    size = (f"method={args.method} {METHODS[args.method]} hidden={args.layers}x{args.hidden} batch={args.batch} "
-            f"h={args.h} obs_dim={args.obs_dim} action_dim={args.action_dim} steps={args.steps} "
-            f"warmup={args.warmup} platform={args.platform or 'cpu'}")
+    size = (
+        f"method={args.method} {METHODS[args.method]} hidden={args.layers}x{args.hidden} batch={args.batch} "
+        f"h={args.h} obs_dim={args.obs_dim} action_dim={args.action_dim} steps={args.steps} "
+        f"warmup={args.warmup} platform={args.platform or 'cpu'}"
+    )
     load_before = os.getloadavg()[0]
     print(f"bench_reference: {size}")
     print(f"reference: {args.reference_dir}   load average (1 min) at start: {load_before:.2f}", flush=True)
@@ -238,14 +298,25 @@ def main(args):
             if results["ours"]["batch_checksum"] != results["reference"]["batch_checksum"]:
                 raise SystemExit("the two workers built different batches")
             diffs = config_differences(results["ours"]["config"], results["reference"]["config"])
-            print("config: the agents agree on every shared key" if not diffs
-                  else "config differences (ours vs reference):\n" + "\n".join(diffs))
+            print(
+                "config: the agents agree on every shared key"
+                if not diffs
+                else "config differences (ours vs reference):\n" + "\n".join(diffs)
+            )
             print(f"backend: {results['ours']['backend']}")
             print(f"{'round':>5}  {'order':<16} {'ours steps/s':>13} {'reference steps/s':>18} {'ours/reference':>15}")
         ours, ref = results["ours"]["steps_per_s"], results["reference"]["steps_per_s"]
-        rows.append(dict(round=r + 1, order=list(order), ours_steps_per_s=ours, reference_steps_per_s=ref,
-                         ratio=ours / ref, ours_warmup_s=results["ours"]["warmup_s"],
-                         reference_warmup_s=results["reference"]["warmup_s"]))
+        rows.append(
+            dict(
+                round=r + 1,
+                order=list(order),
+                ours_steps_per_s=ours,
+                reference_steps_per_s=ref,
+                ratio=ours / ref,
+                ours_warmup_s=results["ours"]["warmup_s"],
+                reference_warmup_s=results["reference"]["warmup_s"],
+            )
+        )
         print(f"{r + 1:>5}  {','.join(order):<16} {ours:>13.2f} {ref:>18.2f} {ours / ref:>15.3f}", flush=True)
     median = statistics.median(row["ratio"] for row in rows)
     load_after = os.getloadavg()[0]
@@ -253,11 +324,17 @@ def main(args):
     print(f"median ratio ours/reference: {median:.3f} over {len(rows)} rounds (>1: ours faster)")
     print(f"load average (1 min) at end: {load_after:.2f}   wall time: {wall:.0f} s")
     if args.out:
-        report = dict(settings={k: v for k, v in vars(args).items() if k not in ("worker", "out")},
-                      overrides=METHODS[args.method], rows=rows, median_ratio=median,
-                      load_average_1min=dict(start=load_before, end=load_after), wall_s=wall,
-                      backend=first["ours"]["backend"], modules={w: first[w]["module"] for w in WORKERS},
-                      config_differences=config_differences(first["ours"]["config"], first["reference"]["config"]))
+        report = dict(
+            settings={k: v for k, v in vars(args).items() if k not in ("worker", "out")},
+            overrides=METHODS[args.method],
+            rows=rows,
+            median_ratio=median,
+            load_average_1min=dict(start=load_before, end=load_after),
+            wall_s=wall,
+            backend=first["ours"]["backend"],
+            modules={w: first[w]["module"] for w in WORKERS},
+            config_differences=config_differences(first["ours"]["config"], first["reference"]["config"]),
+        )
         with open(args.out, "w") as f:
             json.dump(report, f, indent=2)
         print(f"wrote {args.out}")

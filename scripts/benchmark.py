@@ -56,9 +56,11 @@ def bench_sample_sequence(args):
         seed=0,
     )
     ms = _median_ms(lambda: dataset.sample_sequence(256, 5, 0.99), args.repeats, args.warmup)
-    print(f"sample_sequence: {ms:.3f} ms median per call "
-          f"(batch 256, H=5, {n:,} rows, obs dim {ob_dim}, action dim {action_dim}, "
-          f"{args.repeats} calls after {args.warmup} warm-up)")
+    print(
+        f"sample_sequence: {ms:.3f} ms median per call "
+        f"(batch 256, H=5, {n:,} rows, obs dim {ob_dim}, action dim {action_dim}, "
+        f"{args.repeats} calls after {args.warmup} warm-up)"
+    )
 
 
 BENCHMARKS = {
@@ -68,8 +70,12 @@ BENCHMARKS = {
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=sorted(BENCHMARKS), action="append",
-                        help="run only this section (repeatable); default: all sections")
+    parser.add_argument(
+        "--only",
+        choices=sorted(BENCHMARKS),
+        action="append",
+        help="run only this section (repeatable); default: all sections",
+    )
     parser.add_argument("--list", action="store_true", help="list the sections and exit")
     parser.add_argument("--repeats", type=int, default=50, help="timed calls per figure (median reported)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed calls before timing")

@@ -1,4 +1,5 @@
 """Shared pytest setup: CPU only, no GPU preallocation, repository root importable."""
+
 import os
 import sys
 

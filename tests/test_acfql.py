@@ -96,8 +96,7 @@ def test_gradient_isolation(actor_type):
 
     # One reverse pass per term (rows of the Jacobian), compiled once.
     jacobian = jax.jit(jax.jacrev(terms))(agent.network.params)
-    distill_and_q, actor, bc, critic = (jax.tree_util.tree_map(lambda j, i=i: j[i], jacobian)
-                                        for i in range(4))
+    distill_and_q, actor, bc, critic = (jax.tree_util.tree_map(lambda j, i=i: j[i], jacobian) for i in range(4))
 
     def parts(name):
         return [f"modules_{name}{s}" for s in suffixes]
@@ -124,13 +123,17 @@ def test_gradient_isolation(actor_type):
 
 @pytest.mark.parametrize(
     "h, chunking, actor_type, q_agg, num_qs",
-    [(1, True, "best-of-n", "mean", 2), (5, True, "best-of-n", "mean", 2),
-     (5, False, "best-of-n", "mean", 2), (5, True, "distill-ddpg", "mean", 2),
-     (3, True, "best-of-n", "min", 3), (2, True, "distill-ddpg", "mean", 1)],
+    [
+        (1, True, "best-of-n", "mean", 2),
+        (5, True, "best-of-n", "mean", 2),
+        (5, False, "best-of-n", "mean", 2),
+        (5, True, "distill-ddpg", "mean", 2),
+        (3, True, "best-of-n", "min", 3),
+        (2, True, "distill-ddpg", "mean", 1),
+    ],
 )
 def test_td_target_by_hand(h, chunking, actor_type, q_agg, num_qs):
-    agent = make_agent(horizon_length=h, action_chunking=chunking, actor_type=actor_type, q_agg=q_agg,
-                       num_qs=num_qs)
+    agent = make_agent(horizon_length=h, action_chunking=chunking, actor_type=actor_type, q_agg=q_agg, num_qs=num_qs)
     agent = with_params(agent, "modules_target_critic", lambda x: 1.5 * x + 0.01)  # target != critic
     batch = make_batch(1, h)
     batch["masks"][0, -1] = 0.0  # row 0 ends inside the window: no bootstrap
@@ -229,7 +232,8 @@ def test_normalize_q_loss_scales_the_q_term(distill_agent):
 
     jax.tree_util.tree_map(  # the normaliser is a constant: the gradient scales by the same 1/mean|Q|
         lambda g, n: np.testing.assert_allclose(n, g / mean_abs_q, rtol=1e-4, atol=1e-7),
-        q_grad(plain), q_grad(normalized),
+        q_grad(plain),
+        q_grad(normalized),
     )
 
 
@@ -248,13 +252,13 @@ def test_batch_update_equals_sequential_updates(actor_type):
     scanned, scan_info = agent.batch_update(stacked)
 
     assert int(scanned.network.step) == int(agent.network.step) + 3
-    jax.tree_util.tree_map(
-        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), sequential, scanned
-    )
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), sequential, scanned)
     for key in ("critic/critic_loss", "actor/actor_loss", "actor/bc_flow_loss"):
         np.testing.assert_allclose(scan_info[key], np.mean([i[key] for i in infos]), rtol=1e-5)
-    assert not np.allclose(agent.network.params["modules_critic"]["value_net"]["Dense_0"]["kernel"],
-                           scanned.network.params["modules_critic"]["value_net"]["Dense_0"]["kernel"])
+    assert not np.allclose(
+        agent.network.params["modules_critic"]["value_net"]["Dense_0"]["kernel"],
+        scanned.network.params["modules_critic"]["value_net"]["Dense_0"]["kernel"],
+    )
 
 
 def test_update_moves_target_by_polyak_toward_the_pre_step_critic():
@@ -269,10 +273,12 @@ def test_update_moves_target_by_polyak_toward_the_pre_step_critic():
     # Target moves toward the pre-step critic, as in the reference (not toward the updated critic).
     jax.tree_util.tree_map(
         lambda e, g: np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-7),
-        expected, new.network.params["modules_target_critic"],
+        expected,
+        new.network.params["modules_target_critic"],
     )
-    assert not all_zero(jax.tree_util.tree_map(
-        lambda a, b: a - b, old["modules_critic"], new.network.params["modules_critic"]))
+    assert not all_zero(
+        jax.tree_util.tree_map(lambda a, b: a - b, old["modules_critic"], new.network.params["modules_critic"])
+    )
 
 
 def test_weight_decay_skips_the_target_critic():
@@ -287,8 +293,9 @@ def test_weight_decay_skips_the_target_critic():
     factor = 1 - agent.config["lr"] * agent.config["weight_decay"]
     for name in params:
         scale = 1.0 if name == "modules_target_critic" else factor
-        jax.tree_util.tree_map(lambda old, new, s=scale: np.testing.assert_allclose(new, s * old, rtol=1e-6),
-                               params[name], stepped[name])
+        jax.tree_util.tree_map(
+            lambda old, new, s=scale: np.testing.assert_allclose(new, s * old, rtol=1e-6), params[name], stepped[name]
+        )
 
 
 # ---------------------------------------------------------------- configuration
@@ -312,23 +319,35 @@ def test_create_leaves_config_unchanged_and_fills_a_copy():
 
 
 def config_keys_read(source):
-    """String keys read (not written) as ``config[...]``, ``cfg[...]``, ``<x>.config[...]`` or ``config.get(...)``.
+    """String keys read (not written) as `config[...]`, `cfg[...]`, `<x>.config[...]` or `config.get(...)`.
 
-    Assignment targets (``config["ob_dims"] = ...``, ``config["a"], config["b"] = ...``) are stores in the
+    Assignment targets (`config["ob_dims"] = ...`, `config["a"], config["b"] = ...`) are stores in the
     syntax tree and do not count; f-string fields do.
     """
 
     def is_config(node):
         return (isinstance(node, ast.Name) and node.id in ("config", "cfg")) or (
-            isinstance(node, ast.Attribute) and node.attr == "config")
+            isinstance(node, ast.Attribute) and node.attr == "config"
+        )
 
     keys = set()
     for node in ast.walk(ast.parse(textwrap.dedent(source))):
-        if (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and is_config(node.value)
-                and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)):
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.ctx, ast.Load)
+            and is_config(node.value)
+            and isinstance(node.slice, ast.Constant)
+            and isinstance(node.slice.value, str)
+        ):
             keys.add(node.slice.value)
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
-                and is_config(node.func.value) and node.args and isinstance(node.args[0], ast.Constant)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and is_config(node.func.value)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
             keys.add(node.args[0].value)
     return keys
 
@@ -348,9 +367,12 @@ def f(config, cfg, agent):
 
 def test_every_config_key_is_read():
     # The agent file, the plumbing it shares with ACRLPD (policy_steps, check_window, fill_shapes) and the
-    # shared update step (utils/flax_utils.py reads ``tau``). CONFIG_RULES names keys without reading them.
-    sources = [inspect.getsource(acfql), inspect.getsource(common),
-               inspect.getsource(flax_utils.gradient_and_target_step)]
+    # shared update step (utils/flax_utils.py reads `tau`). CONFIG_RULES names keys without reading them.
+    sources = [
+        inspect.getsource(acfql),
+        inspect.getsource(common),
+        inspect.getsource(flax_utils.gradient_and_target_step),
+    ]
     read = set().union(*(config_keys_read(source) for source in sources))
     driver_keys = {"agent_name", "batch_size"}  # read by main.py / main_online.py
     unread = sorted(set(get_config().keys()) - driver_keys - read)
@@ -392,8 +414,11 @@ def test_bad_config_table_covers_every_key():
     assert set(BAD_VALUES) == set(get_config().keys()) == set(acfql.CONFIG_RULES)
 
 
-@pytest.mark.parametrize("key, value", [(k, v) for k, values in BAD_VALUES.items() for v in values],
-                         ids=[f"{k}={v!r}" for k, values in BAD_VALUES.items() for v in values])
+@pytest.mark.parametrize(
+    "key, value",
+    [(k, v) for k, values in BAD_VALUES.items() for v in values],
+    ids=[f"{k}={v!r}" for k, values in BAD_VALUES.items() for v in values],
+)
 def test_bad_config_raises(key, value):
     config = make_config().to_dict()
     config[key] = value
@@ -448,8 +473,14 @@ def test_toy_chunked_bandit(actor_type):
     chunks = np.array([[-0.6, -0.6], [0.6, 0.6], [-0.6, 0.6], [0.6, -0.6]], np.float32)
     good = 3
     config = make_config(
-        horizon_length=2, actor_type=actor_type, actor_hidden_dims=(64, 64), value_hidden_dims=(64, 64),
-        lr=3e-3, flow_steps=5, actor_num_samples=16, alpha=0.5,
+        horizon_length=2,
+        actor_type=actor_type,
+        actor_hidden_dims=(64, 64),
+        value_hidden_dims=(64, 64),
+        lr=3e-3,
+        flow_steps=5,
+        actor_num_samples=16,
+        alpha=0.5,
     )
     agent = ACFQLAgent.create(0, np.ones(1, np.float32), np.zeros(1, np.float32), config)
     data_rng = np.random.default_rng(0)

@@ -139,8 +139,9 @@ def test_bc_term_ignores_chunk_steps_with_valid_zero():
 
 
 def _norms(grads):
-    return {name: float(sum(jnp.sum(jnp.abs(g)) for g in jax.tree_util.tree_leaves(sub)))
-            for name, sub in grads.items()}
+    return {
+        name: float(sum(jnp.sum(jnp.abs(g)) for g in jax.tree_util.tree_leaves(sub))) for name, sub in grads.items()
+    }
 
 
 def test_each_loss_moves_only_its_own_module():
@@ -235,8 +236,9 @@ def test_batch_update_equals_sequential_updates(bandit_agent):
         infos.append(info)
     assert int(scanned.network.step) == int(agent.network.step) == 4
     np.testing.assert_array_equal(scanned.rng, agent.rng)
-    for a, b in zip(jax.tree_util.tree_leaves(scanned.network.params), jax.tree_util.tree_leaves(agent.network.params),
-                    strict=True):
+    for a, b in zip(
+        jax.tree_util.tree_leaves(scanned.network.params), jax.tree_util.tree_leaves(agent.network.params), strict=True
+    ):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     for key in ("critic/critic_loss", "actor/actor_loss", "actor/alpha_loss"):
         np.testing.assert_allclose(scanned_info[key], np.mean([i[key] for i in infos]), rtol=1e-4, atol=1e-6)
@@ -289,8 +291,11 @@ BAD_OVERRIDES = {
     "discount": [dict(discount=0.0), dict(discount=1.01), dict(discount=True)],
     "tau": [dict(tau=0.0), dict(tau=2.0)],
     "num_qs": [dict(num_qs=0), dict(num_qs=True), dict(num_qs=3.0)],
-    "num_min_qs": [dict(q_agg="min", num_min_qs=4), dict(q_agg="min", num_min_qs=0),
-                   dict(q_agg="min", num_min_qs=True)],
+    "num_min_qs": [
+        dict(q_agg="min", num_min_qs=4),
+        dict(q_agg="min", num_min_qs=0),
+        dict(q_agg="min", num_min_qs=True),
+    ],
     "q_agg": [dict(num_min_qs=2), dict(q_agg="median")],  # the random-subset minimum needs q_agg='min'
     "backup_entropy": [dict(backup_entropy=1)],
     "init_temp": [dict(init_temp=0.0), dict(init_temp=-1.0), dict(init_temp=INF)],
@@ -308,8 +313,11 @@ def test_bad_config_table_covers_every_key():
     assert set(BAD_OVERRIDES) == set(get_config().keys()) == set(acrlpd.CONFIG_RULES)
 
 
-@pytest.mark.parametrize("key, overrides", [(k, o) for k, cases in BAD_OVERRIDES.items() for o in cases],
-                         ids=[f"{k}:{o}" for k, cases in BAD_OVERRIDES.items() for o in cases])
+@pytest.mark.parametrize(
+    "key, overrides",
+    [(k, o) for k, cases in BAD_OVERRIDES.items() for o in cases],
+    ids=[f"{k}:{o}" for k, cases in BAD_OVERRIDES.items() for o in cases],
+)
 def test_bad_config_raises_naming_the_key(key, overrides):
     config = make_config().to_dict()
     config.update(overrides)

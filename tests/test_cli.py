@@ -1,9 +1,9 @@
-"""Bad command lines end before setup with one ``error:`` line and exit status 2 (both drivers).
+"""Bad command lines end before setup with one `error:` line and exit status 2 (both drivers).
 
 Table-driven over the drivers' flags and both agents' config keys: stray words (space-separated
-booleans), unknown ``--agent.KEY`` (the closest key, the other agent's keys), values of the wrong
+booleans), unknown `--agent.KEY` (the closest key, the other agent's keys), values of the wrong
 type, out-of-range values and runs that could never take a gradient step. Parsing runs in-process
-on a fresh ``FlagValues`` per case; a few subprocess cases check the real exit status.
+on a fresh `FlagValues` per case; a few subprocess cases check the real exit status.
 """
 
 import os
@@ -20,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def parse(monkeypatch, driver, *args):
-    """Parse ``args`` for ``driver`` into a fresh FlagValues; returns the RunConfig."""
+    """Parse `args` for `driver` into a fresh FlagValues; returns the RunConfig."""
     argv = [f"{driver}.py", *args]
     # ml_collections reads the --agent.* overrides from sys.argv when --agent is defined (import time
     # of a driver), so argv must be in place before define_flags.
@@ -32,7 +32,7 @@ def parse(monkeypatch, driver, *args):
 
 
 def error_of(monkeypatch, capsys, driver, *args) -> str:
-    """The one error line that ``args`` end with (asserts exit status 2 or an InputError)."""
+    """The one error line that `args` end with (asserts exit status 2 or an InputError)."""
     try:
         parse(monkeypatch, driver, *args)
     except SystemExit as e:
@@ -68,8 +68,14 @@ def test_space_separated_boolean_is_an_error(monkeypatch, capsys, driver, flag, 
 
 def test_every_boolean_is_covered():
     names = {flag for _, flag in BOOL_CASES}
-    assert {"--sparse", "--progress", "--stop_reward_at_mask_zero", "--agent.action_chunking",
-            "--agent.layer_norm", "--agent.backup_entropy"} <= names
+    assert {
+        "--sparse",
+        "--progress",
+        "--stop_reward_at_mask_zero",
+        "--agent.action_chunking",
+        "--agent.layer_norm",
+        "--agent.backup_entropy",
+    } <= names
 
 
 @pytest.mark.parametrize("driver", ["main", "main_online"])
@@ -78,15 +84,18 @@ def test_stray_word_is_an_error(monkeypatch, capsys, driver):
     assert "unexpected word(s) on the command line: 'oops'" in err
 
 
-@pytest.mark.parametrize("driver, args, message", [
-    ("main", ["--agent.alhpa=3"], "no config key 'alhpa'; did you mean --agent.alpha?"),
-    ("main", ["--agent.bc_alpha=0.1"], "it is a key of the acrlpd agent, which main_online.py runs"),
-    ("main", ["--agent.init_temp=0.5"], "it is a key of the acrlpd agent"),
-    ("main_online", ["--agent.actor_type=best-of-n"], "it is a key of the acfql agent, which main.py runs"),
-    ("main_online", ["--agent.flow_steps=3"], "the acrlpd agent has no config key 'flow_steps'"),
-    ("main_online", ["--agent.num_qz=3"], "did you mean --agent.num_qs?"),
-    ("main", ["--nosuchflag=1"], "Unknown command line flag 'nosuchflag'"),
-])
+@pytest.mark.parametrize(
+    "driver, args, message",
+    [
+        ("main", ["--agent.alhpa=3"], "no config key 'alhpa'; did you mean --agent.alpha?"),
+        ("main", ["--agent.bc_alpha=0.1"], "it is a key of the acrlpd agent, which main_online.py runs"),
+        ("main", ["--agent.init_temp=0.5"], "it is a key of the acrlpd agent"),
+        ("main_online", ["--agent.actor_type=best-of-n"], "it is a key of the acfql agent, which main.py runs"),
+        ("main_online", ["--agent.flow_steps=3"], "the acrlpd agent has no config key 'flow_steps'"),
+        ("main_online", ["--agent.num_qz=3"], "did you mean --agent.num_qs?"),
+        ("main", ["--nosuchflag=1"], "Unknown command line flag 'nosuchflag'"),
+    ],
+)
 def test_unknown_keys_name_the_key(monkeypatch, capsys, driver, args, message):
     assert message in error_of(monkeypatch, capsys, driver, *args)
 
@@ -94,19 +103,52 @@ def test_unknown_keys_name_the_key(monkeypatch, capsys, driver, args, message):
 # One bad value for every agent config key (wrong type or out of range); the error names the key.
 BAD_VALUES = {
     "main": {
-        "agent_name": "sac", "lr": "0", "batch_size": "0", "actor_hidden_dims": "(a,b)",
-        "value_hidden_dims": "(0,4)", "layer_norm": "maybe", "actor_layer_norm": "2", "discount": "1.5",
-        "tau": "0", "q_agg": "max", "alpha": "-1", "num_qs": "2.5", "flow_steps": "0",
-        "normalize_q_loss": "x", "horizon_length": "3",  # disagrees with --horizon_length
-        "action_chunking": "no", "actor_type": "sac", "actor_num_samples": "0", "use_fourier_features": "x",
-        "fourier_feature_dim": "3", "weight_decay": "-0.1", "action_dim": "0", "ob_dims": "(0,)",
+        "agent_name": "sac",
+        "lr": "0",
+        "batch_size": "0",
+        "actor_hidden_dims": "(a,b)",
+        "value_hidden_dims": "(0,4)",
+        "layer_norm": "maybe",
+        "actor_layer_norm": "2",
+        "discount": "1.5",
+        "tau": "0",
+        "q_agg": "max",
+        "alpha": "-1",
+        "num_qs": "2.5",
+        "flow_steps": "0",
+        "normalize_q_loss": "x",
+        "horizon_length": "3",  # disagrees with --horizon_length
+        "action_chunking": "no",
+        "actor_type": "sac",
+        "actor_num_samples": "0",
+        "use_fourier_features": "x",
+        "fourier_feature_dim": "3",
+        "weight_decay": "-0.1",
+        "action_dim": "0",
+        "ob_dims": "(0,)",
     },
     "main_online": {
-        "agent_name": "acfql2", "lr": "-1", "batch_size": "abc", "actor_hidden_dims": "()",
-        "value_hidden_dims": "(a,)", "layer_norm": "maybe", "actor_layer_norm": "2", "discount": "0",
-        "tau": "2", "num_qs": "0", "num_min_qs": "20", "q_agg": "median", "backup_entropy": "x",
-        "init_temp": "0", "target_entropy_multiplier": "-1", "target_entropy": "nan", "bc_alpha": "-0.01",
-        "horizon_length": "0", "action_chunking": "x", "action_dim": "-2", "ob_dims": "(0,)",
+        "agent_name": "acfql2",
+        "lr": "-1",
+        "batch_size": "abc",
+        "actor_hidden_dims": "()",
+        "value_hidden_dims": "(a,)",
+        "layer_norm": "maybe",
+        "actor_layer_norm": "2",
+        "discount": "0",
+        "tau": "2",
+        "num_qs": "0",
+        "num_min_qs": "20",
+        "q_agg": "median",
+        "backup_entropy": "x",
+        "init_temp": "0",
+        "target_entropy_multiplier": "-1",
+        "target_entropy": "nan",
+        "bc_alpha": "-0.01",
+        "horizon_length": "0",
+        "action_chunking": "x",
+        "action_dim": "-2",
+        "ob_dims": "(0,)",
     },
 }
 
@@ -122,58 +164,80 @@ def test_bad_agent_value_names_the_key(monkeypatch, capsys, driver, key, value):
     assert f"agent.{key}" in err or f"--{key}" in err, err
 
 
-@pytest.mark.parametrize("driver, args, message", [
-    ("main", ["--seed=-1"], "--seed=-1 must be an int in [0, 2**32)"),
-    ("main", ["--seed=4294967296"], "--seed=4294967296 must be an int in [0, 2**32)"),
-    ("main_online", ["--seed=4294967296"], "--seed"),
-    ("main", ["--horizon_length=0"], "--horizon_length=0 must be >= 1"),
-    ("main", ["--offline_steps=-1"], "--offline_steps=-1 must be >= 0"),
-    ("main", ["--online_steps=-1"], "--online_steps=-1 must be >= 0"),
-    ("main", ["--buffer_size=0"], "--buffer_size=0 must be >= 1"),
-    ("main", ["--log_interval=0"], "--log_interval=0 must be >= 1"),
-    ("main", ["--eval_interval=-1"], "--eval_interval=-1 must be >= 0"),
-    ("main", ["--eval_episodes=-1"], "--eval_episodes=-1 must be >= 0"),
-    ("main", ["--video_episodes=-1"], "--video_episodes=-1 must be >= 0"),
-    ("main", ["--video_frame_skip=0"], "--video_frame_skip=0 must be >= 1"),
-    ("main", ["--start_training=-1"], "--start_training=-1 must be >= 0"),
-    ("main", ["--utd_ratio=0"], "--utd_ratio=0 must be >= 1"),
-    ("main", ["--dataset_proportion=0"], "--dataset_proportion=0.0 must be in (0, 1]"),
-    ("main", ["--dataset_replace_interval=-1"], "--dataset_replace_interval=-1 must be >= 0"),
-    ("main", ["--success_timing=mid"], "--success_timing"),
-    ("main_online", ["--offline_ratio=1.5"], "--offline_ratio=1.5 must be in [0, 1]"),
-    ("main", ["--agent.horizon_length=3", "--horizon_length=5"], "disagrees with --horizon_length=5"),
-    # Runs that could never take a gradient step.
-    ("main_online", ["--buffer_size=2", "--horizon_length=3"], "--buffer_size=2 can never hold one window"),
-    ("main", ["--offline_steps=0", "--online_steps=0"], "takes no gradient step"),
-    ("main", ["--offline_steps=0", "--online_steps=10", "--start_training=11"], "takes no gradient step"),
-    ("main_online", ["--online_steps=10", "--start_training=20"], "takes no gradient step"),
-])
+@pytest.mark.parametrize(
+    "driver, args, message",
+    [
+        ("main", ["--seed=-1"], "--seed=-1 must be an int in [0, 2**32)"),
+        ("main", ["--seed=4294967296"], "--seed=4294967296 must be an int in [0, 2**32)"),
+        ("main_online", ["--seed=4294967296"], "--seed"),
+        ("main", ["--horizon_length=0"], "--horizon_length=0 must be >= 1"),
+        ("main", ["--offline_steps=-1"], "--offline_steps=-1 must be >= 0"),
+        ("main", ["--online_steps=-1"], "--online_steps=-1 must be >= 0"),
+        ("main", ["--buffer_size=0"], "--buffer_size=0 must be >= 1"),
+        ("main", ["--log_interval=0"], "--log_interval=0 must be >= 1"),
+        ("main", ["--eval_interval=-1"], "--eval_interval=-1 must be >= 0"),
+        ("main", ["--eval_episodes=-1"], "--eval_episodes=-1 must be >= 0"),
+        ("main", ["--video_episodes=-1"], "--video_episodes=-1 must be >= 0"),
+        ("main", ["--video_frame_skip=0"], "--video_frame_skip=0 must be >= 1"),
+        ("main", ["--start_training=-1"], "--start_training=-1 must be >= 0"),
+        ("main", ["--utd_ratio=0"], "--utd_ratio=0 must be >= 1"),
+        ("main", ["--dataset_proportion=0"], "--dataset_proportion=0.0 must be in (0, 1]"),
+        ("main", ["--dataset_replace_interval=-1"], "--dataset_replace_interval=-1 must be >= 0"),
+        ("main", ["--success_timing=mid"], "--success_timing"),
+        ("main_online", ["--offline_ratio=1.5"], "--offline_ratio=1.5 must be in [0, 1]"),
+        ("main", ["--agent.horizon_length=3", "--horizon_length=5"], "disagrees with --horizon_length=5"),
+        # Runs that could never take a gradient step.
+        ("main_online", ["--buffer_size=2", "--horizon_length=3"], "--buffer_size=2 can never hold one window"),
+        ("main", ["--offline_steps=0", "--online_steps=0"], "takes no gradient step"),
+        ("main", ["--offline_steps=0", "--online_steps=10", "--start_training=11"], "takes no gradient step"),
+        ("main_online", ["--online_steps=10", "--start_training=20"], "takes no gradient step"),
+    ],
+)
 def test_bad_flag_values(monkeypatch, capsys, driver, args, message):
     assert message in error_of(monkeypatch, capsys, driver, *args)
 
 
 def test_good_command_lines_parse(monkeypatch):
-    cfg = parse(monkeypatch, "main", "--sparse=false", "--noagent.action_chunking", "--agent.alpha=3",
-                "--seed=4294967295", "--horizon_length=4", "--offline_steps=0", "--online_steps=10",
-                "--start_training=10")
+    cfg = parse(
+        monkeypatch,
+        "main",
+        "--sparse=false",
+        "--noagent.action_chunking",
+        "--agent.alpha=3",
+        "--seed=4294967295",
+        "--horizon_length=4",
+        "--offline_steps=0",
+        "--online_steps=10",
+        "--start_training=10",
+    )
     assert cfg.sparse is False and cfg.agent["action_chunking"] is False and cfg.agent["alpha"] == 3.0
     assert cfg.seed == 2**32 - 1 and cfg.horizon_length == 4 and cfg.agent["horizon_length"] == 4
-    cfg = parse(monkeypatch, "main_online", "--nosparse", "--agent.bc_alpha=0.01", "--buffer_size=3",
-                "--horizon_length=3")
+    cfg = parse(
+        monkeypatch, "main_online", "--nosparse", "--agent.bc_alpha=0.01", "--buffer_size=3", "--horizon_length=3"
+    )
     assert cfg.agent["bc_alpha"] == 0.01 and cfg.offline_ratio == 0.5 and cfg.offline_steps == 0
 
 
 def _run_driver(script, *args, env=None):
     env = dict(os.environ if env is None else env, JAX_PLATFORMS="cpu")
-    return subprocess.run([sys.executable, script, "--progress=False", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, script, "--progress=False", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
-@pytest.mark.parametrize("script, args, message", [
-    ("main.py", ["--sparse", "False"], "--sparse=false"),
-    ("main_online.py", ["--agent.alhpa=3"], "no config key 'alhpa'"),
-    ("main.py", ["--agent.num_qs=abc"], "--agent.num_qs"),
-])
+@pytest.mark.parametrize(
+    "script, args, message",
+    [
+        ("main.py", ["--sparse", "False"], "--sparse=false"),
+        ("main_online.py", ["--agent.alhpa=3"], "no config key 'alhpa'"),
+        ("main.py", ["--agent.num_qs=abc"], "--agent.num_qs"),
+    ],
+)
 def test_real_exit_status(script, args, message):
     result = _run_driver(script, *args)
     assert result.returncode == 2, result.stderr[-2000:]
@@ -185,14 +249,27 @@ def test_real_exit_status(script, args, message):
 
 
 def test_method_sets_the_paper_settings_and_records_their_source(monkeypatch):
-    cfg = parse(monkeypatch, "main", "--method=qc-fql", "--env_name=scene-play-singletask-task2-v0",
-                "--horizon_length=3", "--offline_steps=10")
+    cfg = parse(
+        monkeypatch,
+        "main",
+        "--method=qc-fql",
+        "--env_name=scene-play-singletask-task2-v0",
+        "--horizon_length=3",
+        "--offline_steps=10",
+    )
     assert cfg.sparse is True  # scene gets sparse rewards without being told
     assert cfg.agent["actor_type"] == "distill-ddpg" and cfg.agent["alpha"] == 300.0 and cfg.horizon_length == 3
     assert cfg.setting_sources["horizon_length"] == "command line"
     assert cfg.setting_sources["agent.alpha"] == "preset" and cfg.setting_sources["sparse"] == "preset"
-    cfg = parse(monkeypatch, "main", "--method=qc", "--env_name=puzzle-3x3-play-singletask-task4-v0",
-                "--agent.actor_num_samples=8", "--nosparse", "--offline_steps=10")
+    cfg = parse(
+        monkeypatch,
+        "main",
+        "--method=qc",
+        "--env_name=puzzle-3x3-play-singletask-task4-v0",
+        "--agent.actor_num_samples=8",
+        "--nosparse",
+        "--offline_steps=10",
+    )
     assert cfg.agent["actor_num_samples"] == 8 and cfg.sparse is False and cfg.method == "qc"
     assert cfg.setting_sources["agent.actor_num_samples"] == "command line"
     cfg = parse(monkeypatch, "main_online", "--method=qc-rlpd", "--env_name=cube-triple-play-singletask-task1-v0")
@@ -205,13 +282,16 @@ def test_without_method_the_flags_stay_as_given(monkeypatch):
     assert cfg.agent["actor_type"] == "best-of-n" and cfg.agent["alpha"] == 100.0
 
 
-@pytest.mark.parametrize("driver, args, message", [
-    ("main", ["--method=qc", "--horizon_length=1"], "--horizon_length=1 contradicts --method=qc"),
-    ("main", ["--method=qc", "--agent.actor_type=distill-ddpg"], "contradicts --method=qc"),
-    ("main", ["--method=fql-n", "--agent.action_chunking=True"], "contradicts --method=fql-n"),
-    ("main_online", ["--method=rlpd", "--horizon_length=5"], "contradicts --method=rlpd"),
-    ("main", ["--method=rlpd"], "--method=rlpd is not a method of main.py"),
-    ("main", ["--method=foo"], "--method=foo"),
-])
+@pytest.mark.parametrize(
+    "driver, args, message",
+    [
+        ("main", ["--method=qc", "--horizon_length=1"], "--horizon_length=1 contradicts --method=qc"),
+        ("main", ["--method=qc", "--agent.actor_type=distill-ddpg"], "contradicts --method=qc"),
+        ("main", ["--method=fql-n", "--agent.action_chunking=True"], "contradicts --method=fql-n"),
+        ("main_online", ["--method=rlpd", "--horizon_length=5"], "contradicts --method=rlpd"),
+        ("main", ["--method=rlpd"], "--method=rlpd is not a method of main.py"),
+        ("main", ["--method=foo"], "--method=foo"),
+    ],
+)
 def test_method_contradictions_are_errors(monkeypatch, capsys, driver, args, message):
     assert message in error_of(monkeypatch, capsys, driver, *args)

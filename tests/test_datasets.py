@@ -6,8 +6,15 @@ import pytest
 from utils.datasets import Dataset, ReplayBuffer
 
 SEQ_KEYS = {
-    "observations", "full_observations", "actions", "next_observations", "next_actions",
-    "rewards", "masks", "terminals", "valid",
+    "observations",
+    "full_observations",
+    "actions",
+    "next_observations",
+    "next_actions",
+    "rewards",
+    "masks",
+    "terminals",
+    "valid",
 }
 
 
@@ -58,9 +65,7 @@ def slow_sequence(f, starts, H, discount, stop_reward_at_mask_zero):
         time_axis = 0  # (H, *ob) for any observation shape
         out["observations"].append(f["observations"][i])
         out["full_observations"].append(np.stack([f["observations"][i + k] for k in range(H)], time_axis))
-        out["next_observations"].append(
-            np.stack([f["next_observations"][i + k] for k in range(H)], time_axis)
-        )
+        out["next_observations"].append(np.stack([f["next_observations"][i + k] for k in range(H)], time_axis))
         out["actions"].append(np.stack([f["actions"][i + k] for k in range(H)]))
         out["next_actions"].append(np.stack([f["actions"][min(i + k + 1, n - 1)] for k in range(H)]))
         out["rewards"].append(rew)
@@ -116,8 +121,13 @@ def test_sample_sequence_matches_slow_loop(pixel, stop, H):
     B = len(starts)
     ob = f["observations"].shape[1:]
     pix = (H, *ob)
-    shapes = dict(observations=(B, *ob), full_observations=(B, *pix), next_observations=(B, *pix),
-                  actions=(B, H, 2), next_actions=(B, H, 2))
+    shapes = dict(
+        observations=(B, *ob),
+        full_observations=(B, *pix),
+        next_observations=(B, *pix),
+        actions=(B, H, 2),
+        next_actions=(B, H, 2),
+    )
     for key in SEQ_KEYS:
         assert got[key].shape == shapes.get(key, (B, H)), key
         if key in ("rewards", "masks", "terminals", "valid"):
@@ -258,8 +268,9 @@ def test_buffer_wraps_and_never_samples_across_the_seam():
     assert set(buf.sample(2000)["observations"][:, 0].tolist()) == {3.0, 4.0, 5.0, 6.0, 7.0}
     assert set(buf.sample_sequence(2000, 1, 0.5)["observations"][:, 0].tolist()) == {3.0, 4.0, 5.0, 6.0, 7.0}
     # H = size: the only window is the whole buffer in time order.
-    np.testing.assert_array_equal(buf.sample_sequence(4, 5, 0.5)["full_observations"][:, :, 0],
-                                  np.tile([3, 4, 5, 6, 7], (4, 1)))
+    np.testing.assert_array_equal(
+        buf.sample_sequence(4, 5, 0.5)["full_observations"][:, :, 0], np.tile([3, 4, 5, 6, 7], (4, 1))
+    )
 
 
 def test_wrapped_buffer_matches_time_ordered_dataset():
@@ -307,8 +318,7 @@ def test_create_from_larger_dataset_keeps_all_rows_and_first_online_row_is_sampl
     buf.add_transition(transition(101))
     seq = buf.sample_sequence(2000, 3, 0.5)["full_observations"][:, :, 0]
     assert 0.0 not in seq and 101.0 in seq
-    assert {tuple(w) for w in seq.tolist()} == {(1, 2, 3), (2, 3, 4), (3, 4, 5), (4, 5, 6), (5, 6, 100),
-                                                (6, 100, 101)}
+    assert {tuple(w) for w in seq.tolist()} == {(1, 2, 3), (2, 3, 4), (3, 4, 5), (4, 5, 6), (5, 6, 100), (6, 100, 101)}
     # The caller's arrays were copied, not mutated.
     for key in before:
         np.testing.assert_array_equal(f[key], before[key])
@@ -358,8 +368,10 @@ def test_error_bad_idxs():
         ds.sample_sequence(3, 3, 0.9, idxs=np.array([0, 1]))
 
 
-@pytest.mark.parametrize("key,row,value", [("observations", 3, np.nan), ("actions", 5, np.inf),
-                                           ("rewards", 0, np.nan), ("next_observations", 6, -np.inf)])
+@pytest.mark.parametrize(
+    "key,row,value",
+    [("observations", 3, np.nan), ("actions", 5, np.inf), ("rewards", 0, np.nan), ("next_observations", 6, -np.inf)],
+)
 def test_error_non_finite(key, row, value):
     f = seven_step_fields()
     f[key] = f[key].copy()

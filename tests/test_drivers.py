@@ -22,9 +22,9 @@ from utils.datasets import Dataset, ReplayBuffer
 
 
 class CountingEnv(gym.Env):
-    """Episodes of exactly ``T`` steps; observation = [step index, episode index]; success at the end.
+    """Episodes of exactly `T` steps; observation = [step index, episode index]; success at the end.
 
-    Reward is ``-1`` on every step but the last, where it is ``0``; the env records every action.
+    Reward is `-1` on every step but the last, where it is `0`; the env records every action.
     """
 
     def __init__(self, T=7, action_dim=2):
@@ -50,7 +50,7 @@ class CountingEnv(gym.Env):
 
 
 class ChunkAgent:
-    """``sample_actions`` returns the chunk [c, c+1, ..., c+h-1] (each repeated over A), c = call count."""
+    """`sample_actions` returns the chunk [c, c+1, ..., c+h-1] (each repeated over A), c = call count."""
 
     def __init__(self, h, action_dim):
         self.h, self.action_dim, self.calls = h, action_dim, 0
@@ -85,9 +85,14 @@ def test_action_queue_rejects_bad_chunk():
 def test_online_collector_queue_and_transitions(h):
     T, A, steps = 7, 2, 21
     env, agent = CountingEnv(T=T, action_dim=A), ChunkAgent(h, A)
-    example = dict(observations=np.zeros(2, np.float32), actions=np.zeros(A, np.float32),
-                   rewards=np.float32(0), terminals=np.float32(0), masks=np.float32(1),
-                   next_observations=np.zeros(2, np.float32))
+    example = dict(
+        observations=np.zeros(2, np.float32),
+        actions=np.zeros(A, np.float32),
+        rewards=np.float32(0),
+        terminals=np.float32(0),
+        masks=np.float32(1),
+        next_observations=np.zeros(2, np.float32),
+    )
     buffer = ReplayBuffer.create(example, size=100)
     sparse = lambda r: -(np.asarray(r) != 0).astype(np.float32) * 2.0  # marks that the transform ran
     collector = OnlineCollector(env, A, sparse, rng=jax.random.PRNGKey(0), reset_seed=0)
@@ -99,8 +104,10 @@ def test_online_collector_queue_and_transitions(h):
     np.testing.assert_array_equal(rows["terminals"], [float((t + 1) % T == 0) for t in range(steps)])
     np.testing.assert_array_equal(rows["masks"], np.ones(steps))  # time-limit ends are not terminations
     np.testing.assert_array_equal(rows["rewards"], [0.0 if (t + 1) % T == 0 else -2.0 for t in range(steps)])
-    np.testing.assert_array_equal(rows["next_observations"][:-1][rows["terminals"][:-1] == 0],
-                                  rows["observations"][1:][rows["terminals"][:-1] == 0])
+    np.testing.assert_array_equal(
+        rows["next_observations"][:-1][rows["terminals"][:-1] == 0],
+        rows["observations"][1:][rows["terminals"][:-1] == 0],
+    )
     # Executed actions follow the chunk order and restart with each episode.
     np.testing.assert_array_equal(rows["actions"][:, 0] % 100, [(t % T) % h for t in range(steps)])
 
@@ -138,8 +145,11 @@ def test_csv_logger_widens_header(tmp_path):
 
 def _constant_dataset(value, n=50):
     return Dataset.create(
-        observations=np.full((n, 3), value, np.float32), actions=np.zeros((n, 2), np.float32),
-        rewards=np.zeros(n, np.float32), terminals=np.zeros(n, np.float32), masks=np.ones(n, np.float32),
+        observations=np.full((n, 3), value, np.float32),
+        actions=np.zeros((n, 2), np.float32),
+        rewards=np.zeros(n, np.float32),
+        terminals=np.zeros(n, np.float32),
+        masks=np.ones(n, np.float32),
         next_observations=np.full((n, 3), value, np.float32),
     )
 
@@ -148,8 +158,9 @@ def _constant_dataset(value, n=50):
 def test_mixed_batch_composition(ratio, expected):
     assert mixed_batch_sizes(255, ratio) == expected
     config = {"batch_size": 255, "horizon_length": 4, "discount": 0.99}
-    batch = sample_mixed_batch(_constant_dataset(1.0), _constant_dataset(-1.0), config, utd_ratio=3,
-                               offline_ratio=ratio)
+    batch = sample_mixed_batch(
+        _constant_dataset(1.0), _constant_dataset(-1.0), config, utd_ratio=3, offline_ratio=ratio
+    )
     assert batch["observations"].shape == (3, 255, 3)
     assert batch["actions"].shape == (3, 255, 4, 2)
     for u in range(3):  # every UTD slice has the exact split, offline rows first

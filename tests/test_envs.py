@@ -15,15 +15,30 @@ from envs.ogbench_utils import OGBenchName, parse_ogbench_name
 from envs.wrappers import OGBENCH_INFO_FILTERS, EpisodeMonitor
 
 
-@pytest.mark.parametrize('name, expected, dataset, env_id', [
-    ('cube-double-play-singletask-task2-v0', OGBenchName('cube-double', 'play', 2), 'cube-double-play-v0',
-     'cube-double-singletask-task2-v0'),
-    ('scene-play-singletask-v0', OGBenchName('scene', 'play', None), 'scene-play-v0', 'scene-singletask-v0'),
-    ('puzzle-3x3-noisy-singletask-task5-v0', OGBenchName('puzzle-3x3', 'noisy', 5), 'puzzle-3x3-noisy-v0',
-     'puzzle-3x3-singletask-task5-v0'),
-    ('cube-quadruple-play-v0', OGBenchName('cube-quadruple', 'play'), 'cube-quadruple-play-v0',
-     'cube-quadruple-singletask-v0'),
-])
+@pytest.mark.parametrize(
+    "name, expected, dataset, env_id",
+    [
+        (
+            "cube-double-play-singletask-task2-v0",
+            OGBenchName("cube-double", "play", 2),
+            "cube-double-play-v0",
+            "cube-double-singletask-task2-v0",
+        ),
+        ("scene-play-singletask-v0", OGBenchName("scene", "play", None), "scene-play-v0", "scene-singletask-v0"),
+        (
+            "puzzle-3x3-noisy-singletask-task5-v0",
+            OGBenchName("puzzle-3x3", "noisy", 5),
+            "puzzle-3x3-noisy-v0",
+            "puzzle-3x3-singletask-task5-v0",
+        ),
+        (
+            "cube-quadruple-play-v0",
+            OGBenchName("cube-quadruple", "play"),
+            "cube-quadruple-play-v0",
+            "cube-quadruple-singletask-v0",
+        ),
+    ],
+)
 def test_parse_names(name, expected, dataset, env_id):
     parsed = parse_ogbench_name(name)
     assert parsed == expected and parsed.dataset_name == dataset and parsed.env_id == env_id
@@ -34,65 +49,77 @@ def test_parse_names(name, expected, dataset, env_id):
 def test_which_names_are_training_envs():
     for task in range(1, 6):
         for domain in ogbench_utils.DOMAINS:
-            assert ogbench_utils.is_ogbench_env(f'{domain}-play-singletask-task{task}-v0')
-    assert ogbench_utils.is_ogbench_env('cube-triple-noisy-singletask-v0')
-    for name in ['cube-double-play-v0', 'cube-double-v0', 'antmaze-large-navigate-singletask-v0',
-                 'cube-double-stitch-singletask-task1-v0', 'lift-mh-low_dim',
-                 'puzzle-4x4-play-singletask-v0']:
+            assert ogbench_utils.is_ogbench_env(f"{domain}-play-singletask-task{task}-v0")
+    assert ogbench_utils.is_ogbench_env("cube-triple-noisy-singletask-v0")
+    for name in [
+        "cube-double-play-v0",
+        "cube-double-v0",
+        "antmaze-large-navigate-singletask-v0",
+        "cube-double-stitch-singletask-task1-v0",
+        "lift-mh-low_dim",
+        "puzzle-4x4-play-singletask-v0",
+    ]:
         assert not ogbench_utils.is_ogbench_env(name), name
-    assert parse_ogbench_name('visual-cube-double-play-v0') is None
-    with pytest.raises(ValueError, match='task id must be in 1..5'):
-        parse_ogbench_name('cube-double-play-singletask-task6-v0')
+    assert parse_ogbench_name("visual-cube-double-play-v0") is None
+    with pytest.raises(ValueError, match="task id must be in 1..5"):
+        parse_ogbench_name("cube-double-play-singletask-task6-v0")
 
 
 # ogbench's default task per domain (`set_tasks` of cube_env.py, scene_env.py, puzzle_env.py).
-DEFAULT_TASKS = {'cube-single': 2, 'cube-double': 2, 'cube-triple': 2, 'cube-quadruple': 2, 'scene': 2,
-                 'puzzle-3x3': 4}
+DEFAULT_TASKS = {"cube-single": 2, "cube-double": 2, "cube-triple": 2, "cube-quadruple": 2, "scene": 2, "puzzle-3x3": 4}
 
 
 def test_default_task_of_every_domain_is_the_one_that_runs():
     assert set(DEFAULT_TASKS) == set(ogbench_utils.DOMAINS)
     for domain, expected in DEFAULT_TASKS.items():
-        name = f'{domain}-play-singletask-v0'
-        assert gymnasium.spec(ogbench_utils.parse_ogbench_name(name).env_id).kwargs['reward_task_id'] == 0
+        name = f"{domain}-play-singletask-v0"
+        assert gymnasium.spec(ogbench_utils.parse_ogbench_name(name).env_id).kwargs["reward_task_id"] == 0
         assert ogbench_utils.effective_task_id(name) == expected, domain
-        assert ogbench_utils.ogbench_metadata(name)['task_id'] == expected
-    env = ogbench_utils.make_ogbench_env('puzzle-3x3-play-singletask-v0')  # the one whose default is not 2
+        assert ogbench_utils.ogbench_metadata(name)["task_id"] == expected
+    env = ogbench_utils.make_ogbench_env("puzzle-3x3-play-singletask-v0")  # the one whose default is not 2
     env.reset(seed=0)
     assert env.unwrapped.cur_task_id == 4
     env.close()
-    assert ogbench_utils.effective_task_id('puzzle-3x3-noisy-singletask-task1-v0') == 1
-    assert env_utils.run_metadata('scene-play-singletask-task5-v0')['task_id'] == 5
+    assert ogbench_utils.effective_task_id("puzzle-3x3-noisy-singletask-task1-v0") == 1
+    assert env_utils.run_metadata("scene-play-singletask-task5-v0")["task_id"] == 5
 
 
-@pytest.mark.parametrize('timing', ['post', 'pre'])
+@pytest.mark.parametrize("timing", ["post", "pre"])
 def test_metadata_and_env_record_the_timing_that_runs(timing):
-    env = ogbench_utils.make_ogbench_env('cube-double-play-singletask-v0', success_timing=timing)
+    env = ogbench_utils.make_ogbench_env("cube-double-play-singletask-v0", success_timing=timing)
     assert env.unwrapped._success_timing == timing
     assert env.spec.max_episode_steps == 500
     env.close()
-    meta = {'ogbench_version': importlib.metadata.version('ogbench'), 'success_timing': timing,
-            'reward_timing': f'{timing}-step', 'task_id': 2}
-    assert ogbench_utils.ogbench_metadata('cube-double-play-singletask-v0', timing) == meta
-    other = {'post': 'pre', 'pre': 'post'}[timing]  # the offline relabelling timing is recorded on its own
-    assert env_utils.run_metadata('scene-play-singletask-task2-v0', timing, other) == {
-        **meta, 'dataset_success_timing': other}
-    assert env_utils.run_metadata('unknown-env', timing) == {}
-    assert 'success_timing' not in env_utils.run_metadata('lift-mh-low_dim', timing)  # robomimic: no setting
+    meta = {
+        "ogbench_version": importlib.metadata.version("ogbench"),
+        "success_timing": timing,
+        "reward_timing": f"{timing}-step",
+        "task_id": 2,
+    }
+    assert ogbench_utils.ogbench_metadata("cube-double-play-singletask-v0", timing) == meta
+    other = {"post": "pre", "pre": "post"}[timing]  # the offline relabelling timing is recorded on its own
+    assert env_utils.run_metadata("scene-play-singletask-task2-v0", timing, other) == {
+        **meta,
+        "dataset_success_timing": other,
+    }
+    assert env_utils.run_metadata("unknown-env", timing) == {}
+    assert "success_timing" not in env_utils.run_metadata("lift-mh-low_dim", timing)  # robomimic: no setting
 
 
 def test_defaults_are_post_step_and_bad_timings_are_refused(tmp_path):
-    env = ogbench_utils.make_ogbench_env('cube-single-play-singletask-task1-v0')
-    assert env.unwrapped._success_timing == 'post'  # the paper's (ogbench 1.1.2), not ogbench 1.2's 'pre'
+    env = ogbench_utils.make_ogbench_env("cube-single-play-singletask-task1-v0")
+    assert env.unwrapped._success_timing == "post"  # the paper's (ogbench 1.1.2), not ogbench 1.2's 'pre'
     env.close()
-    assert env_utils.run_metadata('cube-single-play-singletask-task1-v0')['reward_timing'] == 'post-step'
+    assert env_utils.run_metadata("cube-single-play-singletask-task1-v0")["reward_timing"] == "post-step"
     message = "--success_timing must be one of 'post', 'pre', got 'after'"
-    name = 'cube-single-play-singletask-task1-v0'
-    for call in (lambda: ogbench_utils.make_ogbench_env(name, 'after'),
-                 lambda: ogbench_utils.ogbench_metadata(name, 'after'),
-                 lambda: env_utils.run_metadata('lift-mh-low_dim', 'after'),
-                 lambda: env_utils.make_env_and_datasets(name, success_timing='after'),
-                 lambda: env_utils.load_dataset_shard(str(tmp_path / 'x.npz'), name, success_timing='after')):
+    name = "cube-single-play-singletask-task1-v0"
+    for call in (
+        lambda: ogbench_utils.make_ogbench_env(name, "after"),
+        lambda: ogbench_utils.ogbench_metadata(name, "after"),
+        lambda: env_utils.run_metadata("lift-mh-low_dim", "after"),
+        lambda: env_utils.make_env_and_datasets(name, success_timing="after"),
+        lambda: env_utils.load_dataset_shard(str(tmp_path / "x.npz"), name, success_timing="after"),
+    ):
         with pytest.raises(ValueError, match=message):
             call()
 
@@ -102,7 +129,7 @@ def _cube_success(qpos, goal):
     return bool(np.linalg.norm(np.asarray(qpos)[14:17] - goal) <= 0.04)
 
 
-@pytest.mark.parametrize('timing', ['post', 'pre'])
+@pytest.mark.parametrize("timing", ["post", "pre"])
 def test_env_and_offline_relabelling_share_the_success_timing(timing, tmp_path):
     """A cube thrown through its goal: s0 outside, s1 inside, s2 outside the 4 cm tolerance.
 
@@ -110,7 +137,7 @@ def test_env_and_offline_relabelling_share_the_success_timing(timing, tmp_path):
     whether they are those of the state before or after it. The loaded dataset of this very trajectory
     must give each transition the reward and mask the env returned for it.
     """
-    env_name = 'cube-single-play-singletask-task1-v0'
+    env_name = "cube-single-play-singletask-task1-v0"
     env = ogbench_utils.make_ogbench_env(env_name, success_timing=timing)
     ob, _ = env.reset(seed=0)
     u = env.unwrapped
@@ -122,33 +149,33 @@ def test_env_and_offline_relabelling_share_the_success_timing(timing, tmp_path):
     ob = u.compute_observation()
     assert not u._success  # the flag a 'pre' step reports for s0 (reset left it False; s0 is no success)
 
-    rows = {k: [] for k in ('observations', 'actions', 'terminals', 'qpos', 'qvel')}
+    rows = {k: [] for k in ("observations", "actions", "terminals", "qpos", "qvel")}
     online = []
     for _ in range(2):
         action = np.zeros(5)
         next_ob, reward, terminated, _, info = env.step(action)
-        online.append((reward, bool(info['success']), terminated))
-        for k, v in zip(rows, (ob, action, False, info['prev_qpos'], info['prev_qvel']), strict=True):
+        online.append((reward, bool(info["success"]), terminated))
+        for k, v in zip(rows, (ob, action, False, info["prev_qpos"], info["prev_qvel"]), strict=True):
             rows[k].append(v)
         ob = next_ob
-    for k, v in zip(rows, (ob, np.zeros(5), True, info['qpos'], info['qvel']), strict=True):
+    for k, v in zip(rows, (ob, np.zeros(5), True, info["qpos"], info["qvel"]), strict=True):
         rows[k].append(v)  # s2: the trajectory's last row
     env.close()
 
-    successes = [_cube_success(q, goal) for q in rows['qpos']]
+    successes = [_cube_success(q, goal) for q in rows["qpos"]]
     assert successes == [False, True, False]
-    state_of_step = [1, 2] if timing == 'post' else [0, 1]  # the state whose reward step t returns
+    state_of_step = [1, 2] if timing == "post" else [0, 1]  # the state whose reward step t returns
     expected = [(0.0 if successes[i] else -1.0, successes[i], successes[i]) for i in state_of_step]
     assert online == expected  # terminated = success (terminate_at_goal)
 
-    path = str(tmp_path / 'cube-single-play-v0.npz')
-    np.savez(path, **{k: np.asarray(v, dtype=bool if k == 'terminals' else np.float32) for k, v in rows.items()})
+    path = str(tmp_path / "cube-single-play-v0.npz")
+    np.savez(path, **{k: np.asarray(v, dtype=bool if k == "terminals" else np.float32) for k, v in rows.items()})
     data = ogbench_utils.load_ogbench_dataset(path, env_name, success_timing=timing)
-    np.testing.assert_array_equal(data['rewards'], [r for r, _, _ in online])
-    np.testing.assert_array_equal(data['masks'], [1.0 - s for _, s, _ in online])
-    np.testing.assert_array_equal(data['terminals'], [0.0, 1.0])  # trajectory ends, whatever the timing
+    np.testing.assert_array_equal(data["rewards"], [r for r, _, _ in online])
+    np.testing.assert_array_equal(data["masks"], [1.0 - s for _, s, _ in online])
+    np.testing.assert_array_equal(data["terminals"], [0.0, 1.0])  # trajectory ends, whatever the timing
     shard = env_utils.load_dataset_shard(path, env_name, sparse=True, success_timing=timing)
-    np.testing.assert_array_equal(shard['rewards'], data['rewards'])  # already 0/-1
+    np.testing.assert_array_equal(shard["rewards"], data["rewards"])  # already 0/-1
 
 
 class _ProbeEnv(gymnasium.Env):
@@ -160,11 +187,11 @@ class _ProbeEnv(gymnasium.Env):
     def reset(self, seed=None, options=None):
         super().reset(seed=seed)
         self.t = 0
-        return np.zeros(1, np.float32), {'privileged/block_0_pos': 1, 'goal': 2}
+        return np.zeros(1, np.float32), {"privileged/block_0_pos": 1, "goal": 2}
 
     def step(self, action):
         self.t += 1
-        info = {'success': float(self.t == 3), 'proprio/joint_pos': 0, 'privileged/x': 1, 'qpos': 3}
+        info = {"success": float(self.t == 3), "proprio/joint_pos": 0, "privileged/x": 1, "qpos": 3}
         return np.zeros(1, np.float32), (0.0 if self.t == 3 else -1.0), self.t == 3, False, info
 
 
@@ -172,23 +199,23 @@ def test_episode_monitor_statistics_and_filters():
     env = EpisodeMonitor(_ProbeEnv(), filter_regexes=OGBENCH_INFO_FILTERS)
     for _ in range(2):  # statistics restart at every reset
         _, info = env.reset()
-        assert info == {'goal': 2}
+        assert info == {"goal": 2}
         for _ in range(2):
             _, _, terminated, truncated, info = env.step(np.zeros(1))
-            assert 'episode' not in info and not terminated
+            assert "episode" not in info and not terminated
         _, _, terminated, _, info = env.step(np.zeros(1))
-        assert terminated and info['success'] == 1.0
-        assert set(info) == {'success', 'qpos', 'episode'}
-        assert info['episode']['return'] == -2.0 and info['episode']['length'] == 3
-        assert info['episode']['duration'] >= 0.0
+        assert terminated and info["success"] == 1.0
+        assert set(info) == {"success", "qpos", "episode"}
+        assert info["episode"]["return"] == -2.0 and info["episode"]["length"] == 3
+        assert info["episode"]["duration"] >= 0.0
     unfiltered = EpisodeMonitor(_ProbeEnv())
     unfiltered.reset()
-    assert 'proprio/joint_pos' in unfiltered.step(np.zeros(1))[-1]
+    assert "proprio/joint_pos" in unfiltered.step(np.zeros(1))[-1]
 
 
 def test_episode_monitor_on_ogbench_truncation():
     env = EpisodeMonitor(
-        ogbench_utils.make_ogbench_env('cube-single-play-singletask-task1-v0', max_episode_steps=4),
+        ogbench_utils.make_ogbench_env("cube-single-play-singletask-task1-v0", max_episode_steps=4),
         filter_regexes=OGBENCH_INFO_FILTERS,
     )
     env.reset(seed=0)
@@ -196,51 +223,56 @@ def test_episode_monitor_on_ogbench_truncation():
     for _ in range(4):
         _, r, terminated, truncated, info = env.step(np.zeros(5))
         rewards.append(r)
-    assert truncated and info['episode']['length'] == 4 and info['episode']['return'] == sum(rewards)
-    assert 'success' in info and not any(k.startswith(('privileged', 'proprio')) for k in info)
+    assert truncated and info["episode"]["length"] == 4 and info["episode"]["return"] == sum(rewards)
+    assert "success" in info and not any(k.startswith(("privileged", "proprio")) for k in info)
     env.close()
 
 
 def test_dense_reward_warning(caplog):
-    with caplog.at_level(logging.WARNING, logger='envs.env_utils'):
-        assert env_utils.warn_if_dense_on_sparse_domain('scene-play-singletask-task2-v0', sparse=False)
-        assert env_utils.warn_if_dense_on_sparse_domain('puzzle-3x3-play-singletask-task4-v0', sparse=False)
-    assert len(caplog.records) == 2 and 'sparse' in caplog.records[0].getMessage()
+    with caplog.at_level(logging.WARNING, logger="envs.env_utils"):
+        assert env_utils.warn_if_dense_on_sparse_domain("scene-play-singletask-task2-v0", sparse=False)
+        assert env_utils.warn_if_dense_on_sparse_domain("puzzle-3x3-play-singletask-task4-v0", sparse=False)
+    assert len(caplog.records) == 2 and "sparse" in caplog.records[0].getMessage()
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger='envs.env_utils'):
-        assert not env_utils.warn_if_dense_on_sparse_domain('scene-play-singletask-task2-v0', sparse=True)
-        assert not env_utils.warn_if_dense_on_sparse_domain('cube-double-play-singletask-task2-v0', False)
+    with caplog.at_level(logging.WARNING, logger="envs.env_utils"):
+        assert not env_utils.warn_if_dense_on_sparse_domain("scene-play-singletask-task2-v0", sparse=True)
+        assert not env_utils.warn_if_dense_on_sparse_domain("cube-double-play-singletask-task2-v0", False)
     assert not caplog.records
 
 
 def test_list_dataset_shards(tmp_path):
-    names = ['cube-quadruple-play-v0-001.npz', 'cube-quadruple-play-v0-000.npz',
-             'cube-quadruple-play-v0-000-val.npz', 'cube-quadruple-play-100m-v0-002.npz',
-             'cube-double-play-v0.npz', 'notes.txt']
+    names = [
+        "cube-quadruple-play-v0-001.npz",
+        "cube-quadruple-play-v0-000.npz",
+        "cube-quadruple-play-v0-000-val.npz",
+        "cube-quadruple-play-100m-v0-002.npz",
+        "cube-double-play-v0.npz",
+        "notes.txt",
+    ]
     for n in names:
-        (tmp_path / n).write_bytes(b'')
-    shards = ogbench_utils.list_dataset_shards(str(tmp_path), 'cube-quadruple-play-v0')
-    assert [p.split('/')[-1] for p in shards] == [
-        'cube-quadruple-play-100m-v0-002.npz',
-        'cube-quadruple-play-v0-000.npz',
-        'cube-quadruple-play-v0-001.npz',
+        (tmp_path / n).write_bytes(b"")
+    shards = ogbench_utils.list_dataset_shards(str(tmp_path), "cube-quadruple-play-v0")
+    assert [p.split("/")[-1] for p in shards] == [
+        "cube-quadruple-play-100m-v0-002.npz",
+        "cube-quadruple-play-v0-000.npz",
+        "cube-quadruple-play-v0-001.npz",
     ]
     assert len(ogbench_utils.list_dataset_shards(str(tmp_path))) == 4
-    with pytest.raises(FileNotFoundError, match='No dataset shards scene-play'):
-        ogbench_utils.list_dataset_shards(str(tmp_path), 'scene-play-v0')
-    with pytest.raises(FileNotFoundError, match='directory not found'):
-        ogbench_utils.list_dataset_shards(str(tmp_path / 'nope'))
+    with pytest.raises(FileNotFoundError, match="No dataset shards scene-play"):
+        ogbench_utils.list_dataset_shards(str(tmp_path), "scene-play-v0")
+    with pytest.raises(FileNotFoundError, match="directory not found"):
+        ogbench_utils.list_dataset_shards(str(tmp_path / "nope"))
 
 
 def test_val_path_and_default_path(monkeypatch, tmp_path):
-    assert ogbench_utils.val_path_for('/a/b/cube-single-play-v0.npz') == '/a/b/cube-single-play-v0-val.npz'
-    monkeypatch.setenv('HOME', str(tmp_path))
-    expected = f'{tmp_path}/.ogbench/data/scene-play-v0.npz'
-    assert ogbench_utils.default_dataset_path('scene-play-v0') == expected
-    assert ogbench_utils.default_dataset_path('scene-play-v0', '/x') == '/x/scene-play-v0.npz'
+    assert ogbench_utils.val_path_for("/a/b/cube-single-play-v0.npz") == "/a/b/cube-single-play-v0-val.npz"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    expected = f"{tmp_path}/.ogbench/data/scene-play-v0.npz"
+    assert ogbench_utils.default_dataset_path("scene-play-v0") == expected
+    assert ogbench_utils.default_dataset_path("scene-play-v0", "/x") == "/x/scene-play-v0.npz"
 
 
 def test_result_defaults():
-    out = env_utils.EnvAndDatasets(env='e', eval_env='v', train_dataset={'a': 1}, val_dataset=None)
-    assert (out.env, out.eval_env, out.train_dataset, out.val_dataset) == ('e', 'v', {'a': 1}, None)
+    out = env_utils.EnvAndDatasets(env="e", eval_env="v", train_dataset={"a": 1}, val_dataset=None)
+    assert (out.env, out.eval_env, out.train_dataset, out.val_dataset) == ("e", "v", {"a": 1}, None)
     assert out.next_shard is None and out.reward_fn(-2.0) == -2.0 and out.metadata == {}

@@ -62,13 +62,15 @@ def test_save_restore_round_trip_is_bit_exact(saved):
     for (key, a), (_, b) in zip(leaves, restored_leaves, strict=True):
         assert np.asarray(a).dtype == np.asarray(b).dtype, jax.tree_util.keystr(key)
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=jax.tree_util.keystr(key))
-    assert not np.array_equal(jax.tree_util.tree_leaves(template.network.params)[0],
-                              jax.tree_util.tree_leaves(agent.network.params)[0])
+    assert not np.array_equal(
+        jax.tree_util.tree_leaves(template.network.params)[0], jax.tree_util.tree_leaves(agent.network.params)[0]
+    )
     assert load_checkpoint_metadata(path) == {"step": 7}
     # The restored agent acts exactly like the saved one.
     obs = np.ones((2, 3), np.float32)
-    np.testing.assert_array_equal(restored.sample_actions(obs, jax.random.PRNGKey(0)),
-                                  agent.sample_actions(obs, jax.random.PRNGKey(0)))
+    np.testing.assert_array_equal(
+        restored.sample_actions(obs, jax.random.PRNGKey(0)), agent.sample_actions(obs, jax.random.PRNGKey(0))
+    )
 
 
 def test_truncated_checkpoint_raises(saved, tmp_path):

@@ -24,8 +24,8 @@ from envs.generate_dataset import generate_dataset
 from envs.ogbench_utils import generator_command
 
 STEPS = 50  # rows per generated episode
-CUBE_ENV = 'cube-single-play-singletask-task1-v0'
-PUZZLE_ENV = 'puzzle-3x3-play-singletask-task4-v0'
+CUBE_ENV = "cube-single-play-singletask-task1-v0"
+PUZZLE_ENV = "puzzle-3x3-play-singletask-task4-v0"
 
 
 @pytest.fixture(autouse=True)
@@ -33,27 +33,28 @@ def no_network(monkeypatch):
     """ogbench's download code must never be reached."""
 
     def fail(*args, **kwargs):
-        raise AssertionError('network access attempted')
+        raise AssertionError("network access attempted")
 
-    monkeypatch.setattr(ogbench.utils, 'download_datasets', fail)
-    monkeypatch.setattr(urllib.request, 'urlopen', fail)
+    monkeypatch.setattr(ogbench.utils, "download_datasets", fail)
+    monkeypatch.setattr(urllib.request, "urlopen", fail)
 
 
-def _generate(directory, name='cube-single-play-v0', num_episodes=2, seed=0, **kwargs):
-    path = os.path.join(directory, f'{name}.npz')
-    generate_dataset(name, num_episodes=num_episodes, seed=seed, save_path=path, max_episode_steps=STEPS,
-                     progress=False, **kwargs)
+def _generate(directory, name="cube-single-play-v0", num_episodes=2, seed=0, **kwargs):
+    path = os.path.join(directory, f"{name}.npz")
+    generate_dataset(
+        name, num_episodes=num_episodes, seed=seed, save_path=path, max_episode_steps=STEPS, progress=False, **kwargs
+    )
     return path
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope="module")
 def cube_file(tmp_path_factory):
-    return _generate(str(tmp_path_factory.mktemp('cube')))
+    return _generate(str(tmp_path_factory.mktemp("cube")))
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope="module")
 def puzzle_file(tmp_path_factory):
-    return _generate(str(tmp_path_factory.mktemp('puzzle')), 'puzzle-3x3-play-v0', num_episodes=1)
+    return _generate(str(tmp_path_factory.mktemp("puzzle")), "puzzle-3x3-play-v0", num_episodes=1)
 
 
 def _stored(path):
@@ -66,42 +67,42 @@ def _stored(path):
 
 def test_generated_file_keys_dtypes_shapes_and_terminals(cube_file):
     d = _stored(cube_file)
-    assert sorted(d) == ['actions', 'observations', 'qpos', 'qvel', 'terminals']
+    assert sorted(d) == ["actions", "observations", "qpos", "qvel", "terminals"]
     n = 2 * STEPS
-    assert d['observations'].shape == (n, 28) and d['observations'].dtype == np.float32
-    assert d['actions'].shape == (n, 5) and d['actions'].dtype == np.float32
-    assert d['qpos'].shape == (n, 21) and d['qpos'].dtype == np.float32
-    assert d['qvel'].shape == (n, 20) and d['qvel'].dtype == np.float32
-    assert d['terminals'].shape == (n,) and d['terminals'].dtype == bool
-    np.testing.assert_array_equal(np.flatnonzero(d['terminals']), [STEPS - 1, 2 * STEPS - 1])
-    assert np.all(np.abs(d['actions']) <= 1.0)
+    assert d["observations"].shape == (n, 28) and d["observations"].dtype == np.float32
+    assert d["actions"].shape == (n, 5) and d["actions"].dtype == np.float32
+    assert d["qpos"].shape == (n, 21) and d["qpos"].dtype == np.float32
+    assert d["qvel"].shape == (n, 20) and d["qvel"].dtype == np.float32
+    assert d["terminals"].shape == (n,) and d["terminals"].dtype == bool
+    np.testing.assert_array_equal(np.flatnonzero(d["terminals"]), [STEPS - 1, 2 * STEPS - 1])
+    assert np.all(np.abs(d["actions"]) <= 1.0)
     # Each episode starts from a fresh reset: the cube moves between rows only within an episode.
-    assert not np.allclose(d['qpos'][0, 14:17], d['qpos'][STEPS, 14:17])
+    assert not np.allclose(d["qpos"][0, 14:17], d["qpos"][STEPS, 14:17])
 
 
 def test_val_split_has_the_right_episode_count(cube_file, tmp_path):
     val = _stored(ogbench_utils.val_path_for(cube_file))
-    assert len(val['terminals']) == STEPS  # max(1, 2 // 10) = 1 episode
-    np.testing.assert_array_equal(np.flatnonzero(val['terminals']), [STEPS - 1])
+    assert len(val["terminals"]) == STEPS  # max(1, 2 // 10) = 1 episode
+    np.testing.assert_array_equal(np.flatnonzero(val["terminals"]), [STEPS - 1])
     path = _generate(str(tmp_path), num_episodes=1, num_val_episodes=3)
-    assert np.flatnonzero(_stored(ogbench_utils.val_path_for(path))['terminals']).tolist() == [49, 99, 149]
+    assert np.flatnonzero(_stored(ogbench_utils.val_path_for(path))["terminals"]).tolist() == [49, 99, 149]
 
 
 def test_button_domains_store_button_states(puzzle_file):
     d = _stored(puzzle_file)
-    assert d['button_states'].shape == (STEPS, 9) and d['button_states'].dtype == np.int64
-    assert set(np.unique(d['button_states'])) <= {0, 1}
-    assert d['qpos'].shape == (STEPS, 23)
+    assert d["button_states"].shape == (STEPS, 9) and d["button_states"].dtype == np.int64
+    assert set(np.unique(d["button_states"])) <= {0, 1}
+    assert d["qpos"].shape == (STEPS, 23)
 
 
 def test_same_seed_gives_identical_bytes_other_seed_differs(cube_file, tmp_path):
-    again = _generate(str(tmp_path / 'again'))
+    again = _generate(str(tmp_path / "again"))
     val_path_for = ogbench_utils.val_path_for
     for a, b in [(cube_file, again), (val_path_for(cube_file), val_path_for(again))]:
-        with open(a, 'rb') as fa, open(b, 'rb') as fb:
+        with open(a, "rb") as fa, open(b, "rb") as fb:
             assert fa.read() == fb.read()
-    other = _stored(_generate(str(tmp_path / 'other'), seed=1))
-    assert not np.allclose(other['observations'], _stored(cube_file)['observations'])
+    other = _stored(_generate(str(tmp_path / "other"), seed=1))
+    assert not np.allclose(other["observations"], _stored(cube_file)["observations"])
 
 
 def test_generation_leaves_global_numpy_state_alone(tmp_path):
@@ -113,23 +114,25 @@ def test_generation_leaves_global_numpy_state_alone(tmp_path):
 
 
 def test_generator_refuses_to_overwrite_and_checks_names(cube_file, tmp_path):
-    with pytest.raises(FileExistsError, match='exists'):
-        generate_dataset('cube-single-play-v0', num_episodes=1, save_path=cube_file, max_episode_steps=STEPS)
+    with pytest.raises(FileExistsError, match="exists"):
+        generate_dataset("cube-single-play-v0", num_episodes=1, save_path=cube_file, max_episode_steps=STEPS)
     with pytest.raises(ValueError, match="names a 'play' dataset"):
-        generate_dataset('cube-single-play-v0', num_episodes=1, dataset_type='noisy',
-                         save_path=str(tmp_path / 'x.npz'))
-    with pytest.raises(ValueError, match='Cannot generate'):
-        generate_dataset('antmaze-large-navigate-v0', num_episodes=1, save_path=str(tmp_path / 'x.npz'))
-    with pytest.raises(ValueError, match=r'must end in \.npz'):
-        generate_dataset('cube-single-play-v0', num_episodes=1, save_path=str(tmp_path / 'x.h5'))
+        generate_dataset("cube-single-play-v0", num_episodes=1, dataset_type="noisy", save_path=str(tmp_path / "x.npz"))
+    with pytest.raises(ValueError, match="Cannot generate"):
+        generate_dataset("antmaze-large-navigate-v0", num_episodes=1, save_path=str(tmp_path / "x.npz"))
+    with pytest.raises(ValueError, match=r"must end in \.npz"):
+        generate_dataset("cube-single-play-v0", num_episodes=1, save_path=str(tmp_path / "x.h5"))
 
 
 def test_generator_command():
-    cmd = generator_command(CUBE_ENV, save_path='/d/x.npz')
-    assert cmd == ('python -m envs.generate_dataset --env_name=cube-single-play-v0 --num_episodes=1000 '
-                   '--seed=0 --save_path=/d/x.npz')
-    assert '--env_name=cube-quadruple-noisy-v0 --num_episodes=5000' in generator_command(
-        'cube-quadruple-noisy-singletask-v0')
+    cmd = generator_command(CUBE_ENV, save_path="/d/x.npz")
+    assert cmd == (
+        "python -m envs.generate_dataset --env_name=cube-single-play-v0 --num_episodes=1000 "
+        "--seed=0 --save_path=/d/x.npz"
+    )
+    assert "--env_name=cube-quadruple-noisy-v0 --num_episodes=5000" in generator_command(
+        "cube-quadruple-noisy-singletask-v0"
+    )
 
 
 # ---- loading ------------------------------------------------------------------------------------
@@ -139,52 +142,52 @@ def test_loaded_transitions_shift_clip_and_relabel(cube_file):
     out = make_env_and_datasets(CUBE_ENV, dataset_path=cube_file, load_val=True)
     train, val = out.train_dataset, out.val_dataset
     stored = _stored(cube_file)
-    assert sorted(train) == ['actions', 'masks', 'next_observations', 'observations', 'rewards', 'terminals']
+    assert sorted(train) == ["actions", "masks", "next_observations", "observations", "rewards", "terminals"]
     assert all(v.dtype == np.float32 for v in train.values())
     n = 2 * (STEPS - 1)  # the last state of each trajectory is no transition source
     assert all(len(v) == n for v in train.values())
-    assert len(val['observations']) == STEPS - 1
+    assert len(val["observations"]) == STEPS - 1
     # Rows 0..48 and 50..98 of the file; next observations are the following stored rows.
     keep = np.r_[0 : STEPS - 1, STEPS : 2 * STEPS - 1]
-    np.testing.assert_array_equal(train['observations'], stored['observations'][keep])
-    np.testing.assert_array_equal(train['next_observations'], stored['observations'][keep + 1])
-    within = train['terminals'][:-1] == 0
-    np.testing.assert_array_equal(train['next_observations'][:-1][within], train['observations'][1:][within])
-    np.testing.assert_array_equal(np.flatnonzero(train['terminals']), [STEPS - 2, n - 1])
+    np.testing.assert_array_equal(train["observations"], stored["observations"][keep])
+    np.testing.assert_array_equal(train["next_observations"], stored["observations"][keep + 1])
+    within = train["terminals"][:-1] == 0
+    np.testing.assert_array_equal(train["next_observations"][:-1][within], train["observations"][1:][within])
+    np.testing.assert_array_equal(np.flatnonzero(train["terminals"]), [STEPS - 2, n - 1])
     eps = 1e-5
-    assert train['actions'].min() >= -1 + eps and train['actions'].max() <= 1 - eps
-    np.testing.assert_allclose(train['actions'], np.clip(stored['actions'][keep], -1 + eps, 1 - eps))
+    assert train["actions"].min() >= -1 + eps and train["actions"].max() <= 1 - eps
+    np.testing.assert_allclose(train["actions"], np.clip(stored["actions"][keep], -1 + eps, 1 - eps))
     # cube-single: reward 0 when the cube is within 4 cm of the task goal, else -1.
-    assert set(np.unique(train['rewards'])) <= {-1.0, 0.0}
-    np.testing.assert_array_equal(train['masks'], -train['rewards'])  # mask 0 exactly on success
+    assert set(np.unique(train["rewards"])) <= {-1.0, 0.0}
+    np.testing.assert_array_equal(train["masks"], -train["rewards"])  # mask 0 exactly on success
     out.env.close()
     out.eval_env.close()
 
 
 def test_loader_matches_ogbench_reference_loader(puzzle_file):
     # ogbench's loader relabels from s_t: our 'pre' timing.
-    ours = ogbench_utils.load_ogbench_dataset(puzzle_file, PUZZLE_ENV, action_clip_eps=None, success_timing='pre')
+    ours = ogbench_utils.load_ogbench_dataset(puzzle_file, PUZZLE_ENV, action_clip_eps=None, success_timing="pre")
     ref = ogbench.utils.load_dataset(puzzle_file, compact_dataset=False, add_info=True)
     env_id = ogbench_utils.parse_ogbench_name(PUZZLE_ENV).env_id
     relabel_dataset(env_id, ogbench_utils.make_ogbench_env(PUZZLE_ENV), ref)
     for k in ours:
         np.testing.assert_array_equal(ours[k], ref[k], err_msg=k)
-    assert len(np.unique(ours['rewards'])) > 1  # button rewards are informative (-9..0)
+    assert len(np.unique(ours["rewards"])) > 1  # button rewards are informative (-9..0)
 
     # 'post': everything the same except rewards/masks, which are those of the next stored row.
-    post = ogbench_utils.load_ogbench_dataset(puzzle_file, PUZZLE_ENV, action_clip_eps=None, success_timing='post')
+    post = ogbench_utils.load_ogbench_dataset(puzzle_file, PUZZLE_ENV, action_clip_eps=None, success_timing="post")
     stored = _stored(puzzle_file)
-    keep = np.flatnonzero(~stored['terminals'])
-    nxt = {'qpos': stored['qpos'][keep + 1], 'button_states': stored['button_states'][keep + 1]}
+    keep = np.flatnonzero(~stored["terminals"])
+    nxt = {"qpos": stored["qpos"][keep + 1], "button_states": stored["button_states"][keep + 1]}
     relabel_dataset(env_id, ogbench_utils.make_ogbench_env(PUZZLE_ENV), nxt)
     for k in post:
-        np.testing.assert_array_equal(post[k], nxt[k] if k in ('rewards', 'masks') else ours[k], err_msg=k)
-    np.testing.assert_array_equal(post['rewards'][:-1], ours['rewards'][1:])  # one trajectory: a shift by one
-    assert not np.array_equal(post['rewards'], ours['rewards'])
+        np.testing.assert_array_equal(post[k], nxt[k] if k in ("rewards", "masks") else ours[k], err_msg=k)
+    np.testing.assert_array_equal(post["rewards"][:-1], ours["rewards"][1:])  # one trajectory: a shift by one
+    assert not np.array_equal(post["rewards"], ours["rewards"])
 
 
-@pytest.mark.parametrize('timing', ['post', 'pre'])
-@pytest.mark.parametrize('env_name, file_fixture', [(CUBE_ENV, 'cube_file'), (PUZZLE_ENV, 'puzzle_file')])
+@pytest.mark.parametrize("timing", ["post", "pre"])
+@pytest.mark.parametrize("env_name, file_fixture", [(CUBE_ENV, "cube_file"), (PUZZLE_ENV, "puzzle_file")])
 def test_relabelled_rewards_match_what_the_env_reports(env_name, file_fixture, timing, request, tmp_path):
     path = request.getfixturevalue(file_fixture)
     name = ogbench_utils.parse_ogbench_name(env_name)
@@ -194,119 +197,125 @@ def test_relabelled_rewards_match_what_the_env_reports(env_name, file_fixture, t
     # Put every third row in the task's goal state, so success states are compared too.
     stored = _stored(path)
     if name.has_button_states:
-        stored['button_states'][::3] = u._target_button_states
+        stored["button_states"][::3] = u._target_button_states
     else:
-        stored['qpos'][::3, 14:17] = u._data.mocap_pos[0]
-    path = str(tmp_path / 'with_successes.npz')
+        stored["qpos"][::3, 14:17] = u._data.mocap_pos[0]
+    path = str(tmp_path / "with_successes.npz")
     np.savez(path, **stored)
     data = ogbench_utils.load_ogbench_dataset(path, env_name, success_timing=timing)
-    assert 0.0 in data['masks'] and 1.0 in data['masks']
-    assert len(np.unique(data['rewards'])) > (2 if name.has_button_states else 1)
-    rows = np.flatnonzero(~stored['terminals'])  # the stored row of s_t for each transition t
-    rows = rows + 1 if timing == 'post' else rows  # the row of the state whose reward step(a_t) returns
+    assert 0.0 in data["masks"] and 1.0 in data["masks"]
+    assert len(np.unique(data["rewards"])) > (2 if name.has_button_states else 1)
+    rows = np.flatnonzero(~stored["terminals"])  # the stored row of s_t for each transition t
+    rows = rows + 1 if timing == "post" else rows  # the row of the state whose reward step(a_t) returns
 
     def put(row):
-        qpos, qvel = stored['qpos'][row].astype(np.float64), stored['qvel'][row].astype(np.float64)
+        qpos, qvel = stored["qpos"][row].astype(np.float64), stored["qvel"][row].astype(np.float64)
         if name.has_button_states:
-            u.set_state(qpos, qvel, stored['button_states'][row].copy())
+            u.set_state(qpos, qvel, stored["button_states"][row].copy())
         else:
             u.set_state(qpos, qvel)
         u.pre_step()
         u.post_step()  # refresh the env's success flag for the state it was put in
 
-    for t in range(0, len(data['rewards']), 4):
+    for t in range(0, len(data["rewards"]), 4):
         put(rows[t])
-        if timing == 'pre':  # step(a_t) reports the state it starts from
-            _, reward, terminated, _, info = env.step(data['actions'][t])
-            success = info['success']
+        if timing == "pre":  # step(a_t) reports the state it starts from
+            _, reward, terminated, _, info = env.step(data["actions"][t])
+            success = info["success"]
         else:  # step(a_t) reports, after `post_step`, the state it reached: the one `put` set up
             reward, success, terminated = u.compute_reward(), u._success, u.terminate_episode()
-        assert reward == data['rewards'][t], t
-        assert float(success) == 1.0 - data['masks'][t] == float(terminated), t
+        assert reward == data["rewards"][t], t
+        assert float(success) == 1.0 - data["masks"][t] == float(terminated), t
     env.close()
 
 
 def test_sparse_rewards_and_proportion(cube_file):
     dense = ogbench_utils.load_ogbench_dataset(cube_file, CUBE_ENV)
     for bad in (0.0, -0.5, 1.5):
-        with pytest.raises(ValueError, match=r'dataset_proportion must be in \(0, 1\]'):
+        with pytest.raises(ValueError, match=r"dataset_proportion must be in \(0, 1\]"):
             make_env_and_datasets(CUBE_ENV, dataset_path=cube_file, dataset_proportion=bad)
-    out = make_env_and_datasets(CUBE_ENV, dataset_path=cube_file, sparse=True, dataset_proportion=0.25,
-                                load_val=True)
+    out = make_env_and_datasets(CUBE_ENV, dataset_path=cube_file, sparse=True, dataset_proportion=0.25, load_val=True)
     assert out.reward_fn is sparse_reward_transform and env_utils.dense_reward(-3.0) == -3.0
     train = out.train_dataset
     n = int(2 * (STEPS - 1) * 0.25)  # the first quarter of the rows
     assert all(len(v) == n for v in train.values())
-    np.testing.assert_array_equal(train['rewards'], sparse_reward_transform(dense['rewards'][:n]))
-    for k in ('observations', 'actions', 'next_observations', 'masks'):
+    np.testing.assert_array_equal(train["rewards"], sparse_reward_transform(dense["rewards"][:n]))
+    for k in ("observations", "actions", "next_observations", "masks"):
         np.testing.assert_array_equal(train[k], dense[k][:n], err_msg=k)
-    np.testing.assert_array_equal(train['terminals'][:-1], dense['terminals'][: n - 1])
-    assert train['terminals'][-1] == 1.0  # the cut ends a trajectory
-    assert len(out.val_dataset['rewards']) == STEPS - 1  # the val split is never cut
-    assert set(np.unique(out.val_dataset['rewards'])) <= {-1.0, 0.0}
+    np.testing.assert_array_equal(train["terminals"][:-1], dense["terminals"][: n - 1])
+    assert train["terminals"][-1] == 1.0  # the cut ends a trajectory
+    assert len(out.val_dataset["rewards"]) == STEPS - 1  # the val split is never cut
+    assert set(np.unique(out.val_dataset["rewards"])) <= {-1.0, 0.0}
     out.env.close()
     out.eval_env.close()
 
 
 def test_default_dir_dataset_dir_and_shards(cube_file, tmp_path, monkeypatch):
-    monkeypatch.setenv('HOME', str(tmp_path / 'home'))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     with pytest.raises(FileNotFoundError) as e:
         make_env_and_datasets(CUBE_ENV)
-    expected = str(tmp_path / 'home' / '.ogbench' / 'data' / 'cube-single-play-v0.npz')
-    assert expected in str(e.value) and f'--save_path={expected}' in str(e.value)
+    expected = str(tmp_path / "home" / ".ogbench" / "data" / "cube-single-play-v0.npz")
+    assert expected in str(e.value) and f"--save_path={expected}" in str(e.value)
 
     # A dataset_dir in the official layout: the val file is loaded only when asked for and present.
-    flat = tmp_path / 'flat'
+    flat = tmp_path / "flat"
     flat.mkdir()
-    shutil.copy(cube_file, flat / 'cube-single-play-v0.npz')
-    train_path = str(flat / 'cube-single-play-v0.npz')
+    shutil.copy(cube_file, flat / "cube-single-play-v0.npz")
+    train_path = str(flat / "cube-single-play-v0.npz")
     assert ogbench_utils.resolve_dataset_paths(CUBE_ENV, dataset_dir=str(flat)) == [train_path]
-    shutil.copy(ogbench_utils.val_path_for(cube_file), flat / 'cube-single-play-v0-val.npz')
-    assert ogbench_utils.existing_val_path([train_path]) == str(flat / 'cube-single-play-v0-val.npz')
+    shutil.copy(ogbench_utils.val_path_for(cube_file), flat / "cube-single-play-v0-val.npz")
+    assert ogbench_utils.existing_val_path([train_path]) == str(flat / "cube-single-play-v0-val.npz")
     assert make_env_and_datasets(CUBE_ENV, dataset_dir=str(flat)).val_dataset is None
-    assert len(make_env_and_datasets(CUBE_ENV, dataset_dir=str(flat), load_val=True).val_dataset['rewards']) == (
-        STEPS - 1)
+    assert len(make_env_and_datasets(CUBE_ENV, dataset_dir=str(flat), load_val=True).val_dataset["rewards"]) == (
+        STEPS - 1
+    )
 
     # A directory of shards (other datasets' files ignored) is cycled by next_shard.
-    shards = tmp_path / 'shards'
+    shards = tmp_path / "shards"
     shards.mkdir()
-    shutil.copy(cube_file, shards / 'cube-single-play-v0-000.npz')
-    shutil.copy(ogbench_utils.val_path_for(cube_file), shards / 'cube-single-play-v0-001.npz')
-    shutil.copy(ogbench_utils.val_path_for(cube_file), shards / 'cube-single-play-v0-000-val.npz')
-    shutil.copy(cube_file, shards / 'cube-double-play-v0.npz')
-    with pytest.raises(ValueError, match='sharded'):
+    shutil.copy(cube_file, shards / "cube-single-play-v0-000.npz")
+    shutil.copy(ogbench_utils.val_path_for(cube_file), shards / "cube-single-play-v0-001.npz")
+    shutil.copy(ogbench_utils.val_path_for(cube_file), shards / "cube-single-play-v0-000-val.npz")
+    shutil.copy(cube_file, shards / "cube-double-play-v0.npz")
+    with pytest.raises(ValueError, match="sharded"):
         make_env_and_datasets(CUBE_ENV, dataset_dir=str(shards), dataset_proportion=0.5)
     out = make_env_and_datasets(CUBE_ENV, dataset_dir=str(shards), sparse=True, load_val=True)
-    assert [os.path.basename(p) for p in out.next_shard.paths] == ['cube-single-play-v0-000.npz',
-                                                                    'cube-single-play-v0-001.npz']
+    assert [os.path.basename(p) for p in out.next_shard.paths] == [
+        "cube-single-play-v0-000.npz",
+        "cube-single-play-v0-001.npz",
+    ]
     first = out.train_dataset
-    assert len(first['rewards']) == 2 * (STEPS - 1) and len(out.val_dataset['rewards']) == STEPS - 1
+    assert len(first["rewards"]) == 2 * (STEPS - 1) and len(out.val_dataset["rewards"]) == STEPS - 1
     second = out.next_shard()
-    assert out.next_shard.index == 1 and len(second['rewards']) == STEPS - 1
-    assert set(np.unique(second['rewards'])) <= {-1.0, 0.0}  # same processing (sparse) as the first
-    np.testing.assert_array_equal(out.next_shard()['observations'], first['observations'])  # wraps around
+    assert out.next_shard.index == 1 and len(second["rewards"]) == STEPS - 1
+    assert set(np.unique(second["rewards"])) <= {-1.0, 0.0}  # same processing (sparse) as the first
+    np.testing.assert_array_equal(out.next_shard()["observations"], first["observations"])  # wraps around
     out.env.close()
     out.eval_env.close()
 
 
 def test_a_run_needs_only_the_training_file(cube_file, tmp_path, monkeypatch):
     """The -val file is optional everywhere: default dir, dataset_dir, dataset_path and shards."""
-    monkeypatch.setenv('HOME', str(tmp_path / 'home'))
-    data_dir = tmp_path / 'home' / '.ogbench' / 'data'
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    data_dir = tmp_path / "home" / ".ogbench" / "data"
     data_dir.mkdir(parents=True)
-    shutil.copy(cube_file, data_dir / 'cube-single-play-v0.npz')  # and no cube-single-play-v0-val.npz
-    shards = tmp_path / 'shards'
+    shutil.copy(cube_file, data_dir / "cube-single-play-v0.npz")  # and no cube-single-play-v0-val.npz
+    shards = tmp_path / "shards"
     shards.mkdir()
-    shutil.copy(cube_file, shards / 'cube-single-play-v0-000.npz')
-    shutil.copy(cube_file, shards / 'cube-single-play-v0-001.npz')
-    train_path = str(data_dir / 'cube-single-play-v0.npz')
-    shard_paths = [str(shards / f'cube-single-play-v0-00{i}.npz') for i in (0, 1)]
-    for kwargs, paths in [({}, [train_path]), ({'dataset_dir': str(data_dir)}, [train_path]),
-                          ({'dataset_path': train_path}, [train_path]), ({'dataset_dir': str(shards)}, shard_paths)]:
+    shutil.copy(cube_file, shards / "cube-single-play-v0-000.npz")
+    shutil.copy(cube_file, shards / "cube-single-play-v0-001.npz")
+    train_path = str(data_dir / "cube-single-play-v0.npz")
+    shard_paths = [str(shards / f"cube-single-play-v0-00{i}.npz") for i in (0, 1)]
+    for kwargs, paths in [
+        ({}, [train_path]),
+        ({"dataset_dir": str(data_dir)}, [train_path]),
+        ({"dataset_path": train_path}, [train_path]),
+        ({"dataset_dir": str(shards)}, shard_paths),
+    ]:
         assert ogbench_utils.resolve_dataset_paths(CUBE_ENV, **kwargs) == paths, kwargs
         assert ogbench_utils.existing_val_path(paths) is None
     out = make_env_and_datasets(CUBE_ENV, load_val=True)  # asks for the val file, runs without it
-    assert out.val_dataset is None and len(out.train_dataset['rewards']) == 2 * (STEPS - 1)
+    assert out.val_dataset is None and len(out.train_dataset["rewards"]) == 2 * (STEPS - 1)
     out.env.close()
     out.eval_env.close()
 
@@ -315,31 +324,36 @@ def test_a_run_needs_only_the_training_file(cube_file, tmp_path, monkeypatch):
 
 
 def test_missing_file_names_file_and_generator_command(tmp_path):
-    missing = str(tmp_path / 'nothere.npz')
-    with pytest.raises(FileNotFoundError, match='nothere.npz') as e:
+    missing = str(tmp_path / "nothere.npz")
+    with pytest.raises(FileNotFoundError, match="nothere.npz") as e:
         make_env_and_datasets(CUBE_ENV, dataset_path=missing)
-    assert f'python -m envs.generate_dataset --env_name=cube-single-play-v0 --num_episodes=1000 ' \
-           f'--seed=0 --save_path={missing}' in str(e.value)
-    with pytest.raises(FileNotFoundError, match=r'python -m envs\.generate_dataset --env_name=scene-play-v0'):
-        make_env_and_datasets('scene-play-singletask-task2-v0', dataset_dir=str(tmp_path))
+    assert (
+        f"python -m envs.generate_dataset --env_name=cube-single-play-v0 --num_episodes=1000 "
+        f"--seed=0 --save_path={missing}" in str(e.value)
+    )
+    with pytest.raises(FileNotFoundError, match=r"python -m envs\.generate_dataset --env_name=scene-play-v0"):
+        make_env_and_datasets("scene-play-singletask-task2-v0", dataset_dir=str(tmp_path))
 
 
 def _write_broken(tmp_path, cube_file, edit):
     d = _stored(cube_file)
     edit(d)
-    path = str(tmp_path / 'broken.npz')
+    path = str(tmp_path / "broken.npz")
     np.savez(path, **d)
     return path
 
 
-@pytest.mark.parametrize('edit, message', [
-    (lambda d: d.pop('qpos'), r"lacks key\(s\) \['qpos'\]"),
-    (lambda d: d['observations'].__setitem__((3, 0), np.nan), r"'observations' has non-finite .* at row 3"),
-    (lambda d: d['qvel'].__setitem__((60, 2), np.inf), r"'qvel' has non-finite .* first at row 60"),
-    (lambda d: d.__setitem__('actions', d['actions'][:-1]), 'mismatched lengths'),
-    (lambda d: d.__setitem__('terminals', d['terminals'][:-1].copy()), 'mismatched lengths'),
-    (lambda d: d['terminals'].__setitem__(-1, False), 'last row is not a trajectory end'),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda d: d.pop("qpos"), r"lacks key\(s\) \['qpos'\]"),
+        (lambda d: d["observations"].__setitem__((3, 0), np.nan), r"'observations' has non-finite .* at row 3"),
+        (lambda d: d["qvel"].__setitem__((60, 2), np.inf), r"'qvel' has non-finite .* first at row 60"),
+        (lambda d: d.__setitem__("actions", d["actions"][:-1]), "mismatched lengths"),
+        (lambda d: d.__setitem__("terminals", d["terminals"][:-1].copy()), "mismatched lengths"),
+        (lambda d: d["terminals"].__setitem__(-1, False), "last row is not a trajectory end"),
+    ],
+)
 def test_malformed_files_raise_value_error(cube_file, tmp_path, edit, message):
     path = _write_broken(tmp_path, cube_file, edit)
     with pytest.raises(ValueError, match=message) as e:
@@ -347,23 +361,23 @@ def test_malformed_files_raise_value_error(cube_file, tmp_path, edit, message):
     assert path in str(e.value)
 
 
-@pytest.mark.parametrize('cut', [0, 100, 0.5, 0.98])
+@pytest.mark.parametrize("cut", [0, 100, 0.5, 0.98])
 def test_truncated_or_empty_file_raises_value_error(cube_file, tmp_path, cut):
-    with open(cube_file, 'rb') as f:
+    with open(cube_file, "rb") as f:
         data = f.read()
-    path = str(tmp_path / 'cut.npz')
-    with open(path, 'wb') as f:
+    path = str(tmp_path / "cut.npz")
+    with open(path, "wb") as f:
         f.write(data[: int(cut * len(data)) if isinstance(cut, float) else cut])
-    with pytest.raises(ValueError, match=r'Dataset file .*cut\.npz is truncated or corrupt'):
+    with pytest.raises(ValueError, match=r"Dataset file .*cut\.npz is truncated or corrupt"):
         make_env_and_datasets(CUBE_ENV, dataset_path=path)
 
 
 def test_corrupt_member_raises_value_error(cube_file, tmp_path):
-    path = str(tmp_path / 'corrupt.npz')
-    with zipfile.ZipFile(cube_file) as src, zipfile.ZipFile(path, 'w') as dst:
+    path = str(tmp_path / "corrupt.npz")
+    with zipfile.ZipFile(cube_file) as src, zipfile.ZipFile(path, "w") as dst:
         for item in src.infolist():
             payload = src.read(item)
-            if item.filename == 'observations.npy':
+            if item.filename == "observations.npy":
                 payload = payload[: len(payload) // 2]  # a valid zip whose array is cut short
             dst.writestr(item.filename, payload)
     with pytest.raises(ValueError, match=r"corrupt\.npz is truncated or corrupt: reading 'observations'"):
@@ -373,9 +387,9 @@ def test_corrupt_member_raises_value_error(cube_file, tmp_path):
 def test_unknown_env_name_lists_supported_patterns():
     pattern = r"Unknown environment 'halfcheetah-medium-v2'.*-singletask-task\{1\.\.5\}-v0"
     with pytest.raises(ValueError, match=pattern):
-        make_env_and_datasets('halfcheetah-medium-v2')
-    with pytest.raises(ValueError, match='Unknown environment'):
-        make_env_and_datasets('cube-single-play-v0')  # a dataset name, not a training env
+        make_env_and_datasets("halfcheetah-medium-v2")
+    with pytest.raises(ValueError, match="Unknown environment"):
+        make_env_and_datasets("cube-single-play-v0")  # a dataset name, not a training env
 
 
 def test_sparse_reward_transform_values():

@@ -1,13 +1,13 @@
 """Fidelity guard: three ACFQL updates equal the authors' updates, value for value.
 
-``tests/data/acfql_golden.npz`` holds the parameters, batches and results of three ``update`` calls
-made with the authors' implementation (ColinQiyangLi/qc at commit 48283b4, ``agents/acfql.py``;
+`tests/data/acfql_golden.npz` holds the parameters, batches and results of three `update` calls
+made with the authors' implementation (ColinQiyangLi/qc at commit 48283b4, `agents/acfql.py`;
 tests/data/README.md says how). This test repeats the procedure on our agent, for QC-FQL
-(``distill-ddpg``, alpha = 10) and QC (``best-of-n``, N = 4):
+(`distill-ddpg`, alpha = 10) and QC (`best-of-n`, N = 4):
 
 * the same tiny configuration and the authors' initial parameters (loaded into ours);
-* every ``jax.random.normal`` / ``jax.random.uniform`` call of the agent's code during update k is
-  answered by the next draw of ``numpy.random.RandomState(1000 + k)``, in call order, with jit
+* every `jax.random.normal` / `jax.random.uniform` call of the agent's code during update k is
+  answered by the next draw of `numpy.random.RandomState(1000 + k)`, in call order, with jit
   disabled so that the replacement reaches every call;
 * every info value both sides log, and every parameter after the third update (target critic
   included), must agree to a relative error below 1e-5.
@@ -39,13 +39,18 @@ CASES = {
 }
 # Info keys the comparison must cover; a renamed key on either side would otherwise drop silently.
 REQUIRED_INFO = {
-    "critic/critic_loss", "critic/q_mean", "critic/q_max", "critic/q_min",
-    "actor/actor_loss", "actor/bc_flow_loss", "actor/distill_loss",
+    "critic/critic_loss",
+    "critic/q_mean",
+    "critic/q_max",
+    "critic/q_min",
+    "actor/actor_loss",
+    "actor/bc_flow_loss",
+    "actor/distill_loss",
 }
 
 
 def _authors_grad_norm(grads):
-    """``grad/norm`` as the authors log it: the sum (an L1 norm) of the per-leaf L2 norms."""
+    """`grad/norm` as the authors log it: the sum (an L1 norm) of the per-leaf L2 norms."""
     return float(sum(np.linalg.norm(np.asarray(g)) for g in jax.tree_util.tree_leaves(grads)))
 
 
@@ -69,9 +74,9 @@ def golden():
 
 
 def _entries(golden, prefix):
-    """``{rest: array}`` for the golden keys ``prefix/rest``."""
+    """`{rest: array}` for the golden keys `prefix/rest`."""
     prefix = prefix + "/"
-    return {k[len(prefix):]: v for k, v in golden.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in golden.items() if k.startswith(prefix)}
 
 
 def _flat_params(agent):
@@ -98,15 +103,13 @@ def _make_agent(case, golden):
     for path, value in ours.items():
         assert value.shape == theirs[path].shape, f"{path}: ours {value.shape}, golden {theirs[path].shape}"
     loaded = {path: jnp.asarray(theirs[path], dtype=value.dtype) for path, value in ours.items()}
-    params = flax.serialization.from_state_dict(
-        agent.network.params, traverse_util.unflatten_dict(loaded, sep="/")
-    )
+    params = flax.serialization.from_state_dict(agent.network.params, traverse_util.unflatten_dict(loaded, sep="/"))
     network = agent.network.with_params(params)
     return agent.replace(network=network)
 
 
 class NumpyNoise:
-    """Stand-ins for ``jax.random.normal`` / ``uniform``: successive draws of one RandomState.
+    """Stand-ins for `jax.random.normal` / `uniform`: successive draws of one RandomState.
 
     Only calls made from the agent's module (agents/acfql.py) are replaced. Flax evaluates each
     parameter's initialiser abstractly on every apply (to check the stored shape), and those calls

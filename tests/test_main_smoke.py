@@ -1,7 +1,7 @@
 """End-to-end runs of main.py and main_online.py on a real OGBench task (slow tier).
 
 They check what a finished run writes: the evaluation schedule, the open-loop chunk count of every
-evaluation episode, ``flags.json`` (the resolved agent config, the task and timing that ran) and
+evaluation episode, `flags.json` (the resolved agent config, the task and timing that ran) and
 the checkpoints. The learning itself is checked by the unit tests. Tiny networks, a two-episode
 generated dataset, a few steps each.
 """
@@ -26,15 +26,28 @@ TINY = ["--agent.actor_hidden_dims=(16,16)", "--agent.value_hidden_dims=(16,16)"
 @pytest.fixture(scope="module")
 def dataset_path(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("data") / "cube-single-play-v0.npz")
-    generate_dataset("cube-single-play-v0", num_episodes=2, seed=0, save_path=path, max_episode_steps=60,
-                     progress=False)
+    generate_dataset(
+        "cube-single-play-v0", num_episodes=2, seed=0, save_path=path, max_episode_steps=60, progress=False
+    )
     return path
 
 
 def _run(script, dataset_path, save_dir, *extra):
-    cmd = [sys.executable, script, "--env_name=cube-single-play-singletask-task1-v0", f"--dataset_path={dataset_path}",
-           f"--save_dir={save_dir}", "--eval_episodes=1", "--log_interval=2", "--eval_interval=4",
-           "--buffer_size=500", "--progress=False", "--horizon_length=3", *TINY, *extra]
+    cmd = [
+        sys.executable,
+        script,
+        "--env_name=cube-single-play-singletask-task1-v0",
+        f"--dataset_path={dataset_path}",
+        f"--save_dir={save_dir}",
+        "--eval_episodes=1",
+        "--log_interval=2",
+        "--eval_interval=4",
+        "--buffer_size=500",
+        "--progress=False",
+        "--horizon_length=3",
+        *TINY,
+        *extra,
+    ]
     env = dict(os.environ, JAX_PLATFORMS="cpu", WANDB_MODE="disabled")
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -60,8 +73,18 @@ def _check_eval_rows(rows, h):
 def test_main_offline_then_online(dataset_path, tmp_path, actor):
     # QC-FQL by name (--method), QC by its flags: both ways of choosing a method run.
     method = ["--method=qc-fql"] if actor == "distill-ddpg" else [f"--agent.actor_type={actor}"]
-    run_dir = _run("main.py", dataset_path, tmp_path, "--offline_steps=6", "--online_steps=6", "--start_training=3",
-                   "--save_interval=6", *method, "--agent.actor_num_samples=4", "--agent.flow_steps=2")
+    run_dir = _run(
+        "main.py",
+        dataset_path,
+        tmp_path,
+        "--offline_steps=6",
+        "--online_steps=6",
+        "--start_training=3",
+        "--save_interval=6",
+        *method,
+        "--agent.actor_num_samples=4",
+        "--agent.flow_steps=2",
+    )
     rows = _eval_rows(run_dir)
     # One evaluation at each multiple of 4 and one at the end of each phase: offline 4, 6; online 10, 12.
     assert [int(r["step"]) for r in rows] == [4, 6, 10, 12]
@@ -84,8 +107,9 @@ def test_main_offline_then_online(dataset_path, tmp_path, actor):
 
 
 def test_main_online_smoke(dataset_path, tmp_path):
-    run_dir = _run("main_online.py", dataset_path, tmp_path, "--online_steps=8", "--start_training=4",
-                   "--offline_ratio=0.5")
+    run_dir = _run(
+        "main_online.py", dataset_path, tmp_path, "--online_steps=8", "--start_training=4", "--offline_ratio=0.5"
+    )
     rows = _eval_rows(run_dir)
     assert [int(r["step"]) for r in rows] == [4, 8]
     _check_eval_rows(rows, h=3)
@@ -96,14 +120,19 @@ def test_main_online_smoke(dataset_path, tmp_path):
         assert [int(r["step"]) for r in csv.DictReader(f)] == [4, 6, 8]  # log_interval 2, updates from step 4
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--env_name=foo-v0"], "Unknown environment 'foo-v0'"),
-    (["--env_name=cube-single-play-singletask-task1-v0", "--dataset_path=/nonexistent/x.npz"],
-     "python -m envs.generate_dataset"),
-    # Found while setting up, before any training step: no window of h rows; no renderer for videos.
-    (["DATA", "--horizon_length=100000"], "fewer than --horizon_length=100000"),
-    (["DATA", "--video_episodes=1"], "MUJOCO_GL=egl"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--env_name=foo-v0"], "Unknown environment 'foo-v0'"),
+        (
+            ["--env_name=cube-single-play-singletask-task1-v0", "--dataset_path=/nonexistent/x.npz"],
+            "python -m envs.generate_dataset",
+        ),
+        # Found while setting up, before any training step: no window of h rows; no renderer for videos.
+        (["DATA", "--horizon_length=100000"], "fewer than --horizon_length=100000"),
+        (["DATA", "--video_episodes=1"], "MUJOCO_GL=egl"),
+    ],
+)
 def test_bad_input_is_one_clear_line(args, message, tmp_path, dataset_path):
     """A bad input found during setup ends with exit status 2 and one error line, no traceback."""
     if args[0] == "DATA":
@@ -111,11 +140,13 @@ def test_bad_input_is_one_clear_line(args, message, tmp_path, dataset_path):
     cmd = [sys.executable, "main.py", f"--save_dir={tmp_path}", "--progress=False", *args]
     # No display and MuJoCo's default (GLFW) backend: rendering cannot work, as on a headless node.
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "MUJOCO_GL", "PYOPENGL_PLATFORM")}
-    result = subprocess.run(cmd, cwd=ROOT, env=dict(env, JAX_PLATFORMS="cpu"), capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        cmd, cwd=ROOT, env=dict(env, JAX_PLATFORMS="cpu"), capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 2, result.stderr[-3000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and message in result.stderr.split("error:", 1)[1]
     assert "Traceback" not in result.stderr
     assert not os.path.exists(os.path.join(tmp_path, "Debug")) or not any(
-        "eval.csv" in files for _, _, files in os.walk(tmp_path))  # nothing trained, nothing evaluated
+        "eval.csv" in files for _, _, files in os.walk(tmp_path)
+    )  # nothing trained, nothing evaluated

@@ -55,8 +55,7 @@ def test_fourier_features_and_actor_vector_field():
     freqs = 10000.0 ** (-np.arange(4) / 3)
     np.testing.assert_allclose(out[-1], np.concatenate([np.cos(freqs), np.sin(freqs)]), rtol=1e-6)
 
-    field = ActorVectorField(hidden_dims=(16,), action_dim=6, use_fourier_features=True,
-                             fourier_feature_dim=8)
+    field = ActorVectorField(hidden_dims=(16,), action_dim=6, use_fourier_features=True, fourier_feature_dim=8)
     obs, x, times = jnp.ones((2, 3, 7)), jnp.zeros((2, 3, 6)), jnp.zeros((2, 3, 1))  # extra batch axes
     v = field.apply(field.init(jax.random.PRNGKey(5), obs, x, times), obs, x, times)
     assert v.shape == (2, 3, 6)

@@ -43,7 +43,7 @@ PAPER = {
 
 
 def expected(method, domain):
-    """The paper's settings for ``method`` on ``domain``; None where the tables give no value."""
+    """The paper's settings for `method` on `domain`; None where the tables give no value."""
     _, sparse, a_fql, a_fql_n, a_qc_fql, n_qc, n_bfn = PAPER[domain]
     per_domain = {
         "qc": {"agent.actor_num_samples": n_qc},
@@ -148,8 +148,16 @@ def test_domain_of(env_name, domain):
 
 @pytest.mark.parametrize(
     "env_name",
-    ["puzzle-4x4-play-singletask-task1-v0", "transport-mh-low_dim", "tool_hang-ph-low_dim", "antmaze-large-navigate-v0",
-     "visual-cube-double-play-singletask-task1-v0", "cube-double", "cube-double-play-singletask-task2-v1", ""],
+    [
+        "puzzle-4x4-play-singletask-task1-v0",
+        "transport-mh-low_dim",
+        "tool_hang-ph-low_dim",
+        "antmaze-large-navigate-v0",
+        "visual-cube-double-play-singletask-task1-v0",
+        "cube-double",
+        "cube-double-play-singletask-task2-v1",
+        "",
+    ],
 )
 def test_unknown_domain_is_an_error(env_name):
     with pytest.raises(ValueError, match="no paper settings for --env_name="):
@@ -246,36 +254,71 @@ def test_command_line_strings_are_read_as_values():
         ("bfn-n", {"horizon_length": 1}, "--horizon_length=1 contradicts --method=bfn-n", "--method=bfn"),
         ("fql-n", {"horizon_length": 1}, "--horizon_length=1 contradicts --method=fql-n", "--method=fql"),
         ("bfn", {"horizon_length": 5}, "--horizon_length=5 contradicts --method=bfn", "--method=qc"),
-        ("fql", {"horizon_length": 3, "agent.action_chunking": False}, "--horizon_length=3 contradicts --method=fql",
-         "--method=fql-n"),
+        (
+            "fql",
+            {"horizon_length": 3, "agent.action_chunking": False},
+            "--horizon_length=3 contradicts --method=fql",
+            "--method=fql-n",
+        ),
         ("qc", {"agent.horizon_length": 1}, "--agent.horizon_length=1 contradicts --method=qc", "--method=bfn"),
         ("rlpd", {"horizon_length": 5}, "--horizon_length=5 contradicts --method=rlpd", "--method=rlpd-ac"),
         ("rlpd-ac", {"horizon_length": 1}, "--horizon_length=1 contradicts --method=rlpd-ac", "--method=rlpd"),
         ("qc-rlpd", {"horizon_length": 1}, "--horizon_length=1 contradicts --method=qc-rlpd", "no method of the paper"),
         # action chunking at h > 1
-        ("fql-n", {"agent.action_chunking": True}, "--agent.action_chunking=True contradicts --method=fql-n",
-         "--method=qc-fql"),
-        ("bfn-n", {"agent.action_chunking": True}, "--agent.action_chunking=True contradicts --method=bfn-n",
-         "--method=qc"),
-        ("qc", {"agent.action_chunking": False, "horizon_length": 3},
-         "--agent.action_chunking=False contradicts --method=qc", "--method=bfn-n"),
-        ("rlpd-ac", {"agent.action_chunking": False}, "--agent.action_chunking=False contradicts --method=rlpd-ac",
-         "no method of the paper"),
+        (
+            "fql-n",
+            {"agent.action_chunking": True},
+            "--agent.action_chunking=True contradicts --method=fql-n",
+            "--method=qc-fql",
+        ),
+        (
+            "bfn-n",
+            {"agent.action_chunking": True},
+            "--agent.action_chunking=True contradicts --method=bfn-n",
+            "--method=qc",
+        ),
+        (
+            "qc",
+            {"agent.action_chunking": False, "horizon_length": 3},
+            "--agent.action_chunking=False contradicts --method=qc",
+            "--method=bfn-n",
+        ),
+        (
+            "rlpd-ac",
+            {"agent.action_chunking": False},
+            "--agent.action_chunking=False contradicts --method=rlpd-ac",
+            "no method of the paper",
+        ),
         # actor type
-        ("qc", {"agent.actor_type": "distill-ddpg"}, "--agent.actor_type=distill-ddpg contradicts --method=qc",
-         "--method=qc-fql"),
-        ("fql", {"agent.actor_type": "best-of-n"}, "--agent.actor_type=best-of-n contradicts --method=fql",
-         "--method=bfn"),
+        (
+            "qc",
+            {"agent.actor_type": "distill-ddpg"},
+            "--agent.actor_type=distill-ddpg contradicts --method=qc",
+            "--method=qc-fql",
+        ),
+        (
+            "fql",
+            {"agent.actor_type": "best-of-n"},
+            "--agent.actor_type=best-of-n contradicts --method=fql",
+            "--method=bfn",
+        ),
         # BC term of the RLPD family
         ("qc-rlpd", {"agent.bc_alpha": 0.0}, "--agent.bc_alpha=0 contradicts --method=qc-rlpd", "--method=rlpd-ac"),
-        ("rlpd-ac", {"agent.bc_alpha": 0.01}, "--agent.bc_alpha=0.01 contradicts --method=rlpd-ac",
-         "--method=qc-rlpd"),
+        ("rlpd-ac", {"agent.bc_alpha": 0.01}, "--agent.bc_alpha=0.01 contradicts --method=rlpd-ac", "--method=qc-rlpd"),
         ("rlpd", {"agent.bc_alpha": 0.5}, "--agent.bc_alpha=0.5 contradicts --method=rlpd", "no method of the paper"),
         # two at once
-        ("qc", {"agent.actor_type": "distill-ddpg", "horizon_length": 1},
-         "--agent.actor_type=distill-ddpg and --horizon_length=1 contradict --method=qc", "--method=fql"),
-        ("rlpd", {"horizon_length": 5, "agent.bc_alpha": 0.01},
-         "--horizon_length=5 and --agent.bc_alpha=0.01 contradict --method=rlpd", "--method=qc-rlpd"),
+        (
+            "qc",
+            {"agent.actor_type": "distill-ddpg", "horizon_length": 1},
+            "--agent.actor_type=distill-ddpg and --horizon_length=1 contradict --method=qc",
+            "--method=fql",
+        ),
+        (
+            "rlpd",
+            {"horizon_length": 5, "agent.bc_alpha": 0.01},
+            "--horizon_length=5 and --agent.bc_alpha=0.01 contradict --method=rlpd",
+            "--method=qc-rlpd",
+        ),
     ],
 )
 def test_contradiction_names_both_and_the_method_it_is(method, explicit, named, becomes):

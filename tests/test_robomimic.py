@@ -14,41 +14,52 @@ from envs import env_utils
 from envs import robomimic_utils as ru
 from envs.wrappers import EpisodeMonitor
 
-KEY_DIMS = {'robot0_eef_pos': 3, 'robot0_eef_quat': 4, 'robot0_gripper_qpos': 2, 'object': 10}  # Lift: 19
+KEY_DIMS = {"robot0_eef_pos": 3, "robot0_eef_quat": 4, "robot0_gripper_qpos": 2, "object": 10}  # Lift: 19
 
 # robomimic v1.5 env metadata of Lift (robosuite 1.5.1's composite controller format).
 LIFT_ENV_ARGS = {
-    'env_name': 'Lift',
-    'env_version': '1.5.1',
-    'type': 1,
-    'env_kwargs': {
-        'has_renderer': False,
-        'has_offscreen_renderer': True,
-        'ignore_done': True,
-        'use_object_obs': True,
-        'use_camera_obs': True,
-        'control_freq': 20,
-        'controller_configs': {
-            'type': 'BASIC',
-            'body_parts': {
-                'right': {
-                    'type': 'OSC_POSE', 'input_max': 1, 'input_min': -1,
-                    'output_max': [0.05, 0.05, 0.05, 0.5, 0.5, 0.5],
-                    'output_min': [-0.05, -0.05, -0.05, -0.5, -0.5, -0.5],
-                    'kp': 150, 'damping': 1, 'impedance_mode': 'fixed', 'kp_limits': [0, 300],
-                    'damping_limits': [0, 10], 'position_limits': None, 'orientation_limits': None,
-                    'uncouple_pos_ori': True, 'control_delta': True, 'interpolation': None, 'ramp_ratio': 0.2,
-                    'input_ref_frame': 'world', 'gripper': {'type': 'GRIP'},
+    "env_name": "Lift",
+    "env_version": "1.5.1",
+    "type": 1,
+    "env_kwargs": {
+        "has_renderer": False,
+        "has_offscreen_renderer": True,
+        "ignore_done": True,
+        "use_object_obs": True,
+        "use_camera_obs": True,
+        "control_freq": 20,
+        "controller_configs": {
+            "type": "BASIC",
+            "body_parts": {
+                "right": {
+                    "type": "OSC_POSE",
+                    "input_max": 1,
+                    "input_min": -1,
+                    "output_max": [0.05, 0.05, 0.05, 0.5, 0.5, 0.5],
+                    "output_min": [-0.05, -0.05, -0.05, -0.5, -0.5, -0.5],
+                    "kp": 150,
+                    "damping": 1,
+                    "impedance_mode": "fixed",
+                    "kp_limits": [0, 300],
+                    "damping_limits": [0, 10],
+                    "position_limits": None,
+                    "orientation_limits": None,
+                    "uncouple_pos_ori": True,
+                    "control_delta": True,
+                    "interpolation": None,
+                    "ramp_ratio": 0.2,
+                    "input_ref_frame": "world",
+                    "gripper": {"type": "GRIP"},
                 },
             },
         },
-        'robots': ['Panda'],
-        'camera_depths': False,
-        'camera_heights': 84,
-        'camera_widths': 84,
-        'lite_physics': False,
-        'reward_shaping': False,
-        'camera_names': ['agentview', 'robot0_eye_in_hand'],
+        "robots": ["Panda"],
+        "camera_depths": False,
+        "camera_heights": 84,
+        "camera_widths": 84,
+        "lite_physics": False,
+        "reward_shaping": False,
+        "camera_names": ["agentview", "robot0_eye_in_hand"],
     },
 }
 
@@ -70,21 +81,21 @@ def _action(demo, t):
 def write_robomimic_file(path, demos=DEMOS, env_args=LIFT_ENV_ARGS):
     """A small file in robomimic's layout (groups written in a scrambled order; one extra obs key)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with h5py.File(path, 'w') as f:
-        data = f.create_group('data')
-        data.attrs['env_args'] = json.dumps(env_args)
-        f.create_group('mask').create_dataset('train', data=np.array([b'demo_0']))  # not under data/
+    with h5py.File(path, "w") as f:
+        data = f.create_group("data")
+        data.attrs["env_args"] = json.dumps(env_args)
+        f.create_group("mask").create_dataset("train", data=np.array([b"demo_0"]))  # not under data/
         for demo in sorted(demos, key=str, reverse=True):
             rewards, dones = demos[demo]
             n = len(rewards)
-            group = data.create_group(f'demo_{demo}')
-            group.create_dataset('actions', data=np.array([_action(demo, t) for t in range(n)], dtype=np.float64))
-            group.create_dataset('rewards', data=np.array(rewards, dtype=np.float64))
-            group.create_dataset('dones', data=np.array(dones, dtype=np.int64))
-            group.create_dataset('states', data=np.zeros((n, 5)))
-            for prefix, shift in (('obs', 0), ('next_obs', 1)):
+            group = data.create_group(f"demo_{demo}")
+            group.create_dataset("actions", data=np.array([_action(demo, t) for t in range(n)], dtype=np.float64))
+            group.create_dataset("rewards", data=np.array(rewards, dtype=np.float64))
+            group.create_dataset("dones", data=np.array(dones, dtype=np.int64))
+            group.create_dataset("states", data=np.zeros((n, 5)))
+            for prefix, shift in (("obs", 0), ("next_obs", 1)):
                 obs = group.create_group(prefix)
-                obs.create_dataset('robot0_joint_pos', data=np.full((n, 7), -5.0))  # not an OBS_KEY
+                obs.create_dataset("robot0_joint_pos", data=np.full((n, 7), -5.0))  # not an OBS_KEY
                 for j, (key, dim) in reversed(list(enumerate(KEY_DIMS.items()))):
                     values = [[_obs_value(demo, t + shift, j)] * dim for t in range(n)]
                     obs.create_dataset(key, data=np.array(values, dtype=np.float64))
@@ -93,7 +104,7 @@ def write_robomimic_file(path, demos=DEMOS, env_args=LIFT_ENV_ARGS):
 
 @pytest.fixture
 def lift_file(tmp_path):
-    return write_robomimic_file(tmp_path / 'lift' / 'mh' / 'low_dim_v15.hdf5')
+    return write_robomimic_file(tmp_path / "lift" / "mh" / "low_dim_v15.hdf5")
 
 
 def _expand(rows):
@@ -105,26 +116,41 @@ def _expand(rows):
 
 
 def test_which_names_are_robomimic():
-    for task in ('lift', 'can', 'square', 'transport', 'tool_hang'):
-        for kind in ('mh', 'ph'):
-            assert ru.is_robomimic_env(f'{task}-{kind}-low_dim')
-            assert env_utils.is_robomimic_env(f'{task}-{kind}-low_dim')
-    for name in ['lift-mh-image', 'lift-mg-low_dim', 'lift-mh-low_dim-v0', 'Lift-mh-low_dim', 'lift-mh',
-                 'pusht-mh-low_dim', 'cube-double-play-singletask-task2-v0', 'xlift-mh-low_dim']:
+    for task in ("lift", "can", "square", "transport", "tool_hang"):
+        for kind in ("mh", "ph"):
+            assert ru.is_robomimic_env(f"{task}-{kind}-low_dim")
+            assert env_utils.is_robomimic_env(f"{task}-{kind}-low_dim")
+    for name in [
+        "lift-mh-image",
+        "lift-mg-low_dim",
+        "lift-mh-low_dim-v0",
+        "Lift-mh-low_dim",
+        "lift-mh",
+        "pusht-mh-low_dim",
+        "cube-double-play-singletask-task2-v0",
+        "xlift-mh-low_dim",
+    ]:
         assert not ru.is_robomimic_env(name), name
-    assert [ru.episode_cap(f'{t}-mh-low_dim') for t in ('lift', 'can', 'square', 'transport', 'tool_hang')] == [
-        300, 300, 400, 800, 1000]
-    assert 'robomimic: {lift,can,square,transport,tool_hang}-{mh,ph}-low_dim' in env_utils.supported_env_patterns()
-    with pytest.raises(ValueError, match='Supported: {lift,can'):
-        ru.parse_robomimic_name('lift-mg-low_dim')
+    assert [ru.episode_cap(f"{t}-mh-low_dim") for t in ("lift", "can", "square", "transport", "tool_hang")] == [
+        300,
+        300,
+        400,
+        800,
+        1000,
+    ]
+    assert "robomimic: {lift,can,square,transport,tool_hang}-{mh,ph}-low_dim" in env_utils.supported_env_patterns()
+    with pytest.raises(ValueError, match="Supported: {lift,can"):
+        ru.parse_robomimic_name("lift-mg-low_dim")
 
 
 def test_import_does_not_load_the_simulator():
-    code = ('import sys; import envs.env_utils, envs.robomimic_utils; '
-            'assert envs.env_utils.is_robomimic_env("lift-mh-low_dim"); '
-            'assert "robosuite" not in sys.modules and "robomimic" not in sys.modules, "imported"')
+    code = (
+        "import sys; import envs.env_utils, envs.robomimic_utils; "
+        'assert envs.env_utils.is_robomimic_env("lift-mh-low_dim"); '
+        'assert "robosuite" not in sys.modules and "robomimic" not in sys.modules, "imported"'
+    )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    result = subprocess.run([sys.executable, '-c', code], cwd=root, capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
 
 
@@ -133,24 +159,33 @@ def test_import_does_not_load_the_simulator():
 
 def test_loader_order_rewards_masks_terminals_and_clipping(lift_file):
     ds = ru.load_robomimic_dataset(lift_file)
-    assert set(ds) == {'observations', 'actions', 'rewards', 'terminals', 'masks', 'next_observations'}
+    assert set(ds) == {"observations", "actions", "rewards", "terminals", "masks", "next_observations"}
     assert all(v.dtype == np.float32 for v in ds.values())
     # Numeric demo order 0, 1, 2, 10 (lexicographic would put demo_10 before demo_2).
-    obs_rows = [[0, 1, 2, 3], [10, 11, 12, 13], [20, 21, 22, 23],
-                [1000, 1001, 1002, 1003], [1010, 1011, 1012, 1013],
-                [2000, 2001, 2002, 2003], [2010, 2011, 2012, 2013],
-                [10000, 10001, 10002, 10003], [10010, 10011, 10012, 10013], [10020, 10021, 10022, 10023]]
-    np.testing.assert_array_equal(ds['observations'], _expand(obs_rows))
-    np.testing.assert_array_equal(ds['next_observations'], _expand([[v + 10 for v in r] for r in obs_rows]))
-    np.testing.assert_array_equal(ds['rewards'], [-1, -1, 0, -1, 0, -1, -1, -1, 0, 0])
-    np.testing.assert_array_equal(ds['masks'], [1, 1, 0, 1, 0, 1, 1, 1, 0, 0])
-    np.testing.assert_array_equal(ds['terminals'], [0, 0, 1, 0, 1, 0, 1, 0, 1, 1])
+    obs_rows = [
+        [0, 1, 2, 3],
+        [10, 11, 12, 13],
+        [20, 21, 22, 23],
+        [1000, 1001, 1002, 1003],
+        [1010, 1011, 1012, 1013],
+        [2000, 2001, 2002, 2003],
+        [2010, 2011, 2012, 2013],
+        [10000, 10001, 10002, 10003],
+        [10010, 10011, 10012, 10013],
+        [10020, 10021, 10022, 10023],
+    ]
+    np.testing.assert_array_equal(ds["observations"], _expand(obs_rows))
+    np.testing.assert_array_equal(ds["next_observations"], _expand([[v + 10 for v in r] for r in obs_rows]))
+    np.testing.assert_array_equal(ds["rewards"], [-1, -1, 0, -1, 0, -1, -1, -1, 0, 0])
+    np.testing.assert_array_equal(ds["masks"], [1, 1, 0, 1, 0, 1, 1, 1, 0, 0])
+    np.testing.assert_array_equal(ds["terminals"], [0, 0, 1, 0, 1, 0, 1, 0, 1, 1])
     hi = np.float32(1 - 1e-5)
-    np.testing.assert_array_equal(ds['actions'][0], np.array([hi, -hi, 0.5, -0.5, 0.0, 0.25, hi], np.float32))
-    np.testing.assert_allclose(ds['actions'][1:, 0], [0.001, 0.002, 0.01, 0.011, 0.02, 0.021, 0.1, 0.101, 0.102],
-                               rtol=1e-6)
+    np.testing.assert_array_equal(ds["actions"][0], np.array([hi, -hi, 0.5, -0.5, 0.0, 0.25, hi], np.float32))
+    np.testing.assert_allclose(
+        ds["actions"][1:, 0], [0.001, 0.002, 0.01, 0.011, 0.02, 0.021, 0.1, 0.101, 0.102], rtol=1e-6
+    )
     raw = ru.load_robomimic_dataset(lift_file, action_clip_eps=None)
-    np.testing.assert_array_equal(raw['actions'][0], [1.0, -1.0, 0.5, -0.5, 0.0, 0.25, 2.0])
+    np.testing.assert_array_equal(raw["actions"][0], [1.0, -1.0, 0.5, -0.5, 0.0, 0.25, 2.0])
 
 
 def test_one_reward_transform():
@@ -162,64 +197,64 @@ def test_one_reward_transform():
 
 def test_env_metadata_and_paths(lift_file, tmp_path, monkeypatch):
     assert ru.load_env_meta(lift_file) == LIFT_ENV_ARGS
-    monkeypatch.setenv('HOME', str(tmp_path / 'home'))
-    assert ru.default_dataset_path('can-mh-low_dim') == str(tmp_path / 'home/.robomimic/can/mh/low_dim_v15.hdf5')
-    assert ru.resolve_dataset_path('lift-mh-low_dim', dataset_dir=str(tmp_path)) == lift_file
-    assert ru.resolve_dataset_path('square-ph-low_dim', dataset_path=lift_file) == lift_file  # explicit wins
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert ru.default_dataset_path("can-mh-low_dim") == str(tmp_path / "home/.robomimic/can/mh/low_dim_v15.hdf5")
+    assert ru.resolve_dataset_path("lift-mh-low_dim", dataset_dir=str(tmp_path)) == lift_file
+    assert ru.resolve_dataset_path("square-ph-low_dim", dataset_path=lift_file) == lift_file  # explicit wins
 
 
 def test_missing_file_says_where_to_get_it(tmp_path):
     with pytest.raises(FileNotFoundError) as e:
-        ru.resolve_dataset_path('square-mh-low_dim', dataset_dir=str(tmp_path))
+        ru.resolve_dataset_path("square-mh-low_dim", dataset_dir=str(tmp_path))
     message = str(e.value)
-    assert str(tmp_path / 'square' / 'mh' / 'low_dim_v15.hdf5') in message
-    assert '~/.robomimic/square/mh/low_dim_v15.hdf5' in message
-    assert 'robomimic_datasets/resolve/main/v1.5/square/mh/low_dim_v15.hdf5' in message
-    assert '--dataset_path' in message
-    with pytest.raises(FileNotFoundError, match='robomimic dataset file not found'):
-        env_utils.make_env_and_datasets('lift-mh-low_dim', dataset_path=str(tmp_path / 'nope.hdf5'))
+    assert str(tmp_path / "square" / "mh" / "low_dim_v15.hdf5") in message
+    assert "~/.robomimic/square/mh/low_dim_v15.hdf5" in message
+    assert "robomimic_datasets/resolve/main/v1.5/square/mh/low_dim_v15.hdf5" in message
+    assert "--dataset_path" in message
+    with pytest.raises(FileNotFoundError, match="robomimic dataset file not found"):
+        env_utils.make_env_and_datasets("lift-mh-low_dim", dataset_path=str(tmp_path / "nope.hdf5"))
 
 
 def test_bad_files_are_named(tmp_path):
-    path = write_robomimic_file(tmp_path / 'a.hdf5')
-    with h5py.File(path, 'a') as f:
-        del f['data/demo_2/next_obs/object']
+    path = write_robomimic_file(tmp_path / "a.hdf5")
+    with h5py.File(path, "a") as f:
+        del f["data/demo_2/next_obs/object"]
     with pytest.raises(ValueError, match=r"demo_2 lacks \['next_obs/object'\]"):
         ru.load_robomimic_dataset(path)
-    path = write_robomimic_file(tmp_path / 'nan.hdf5')
-    with h5py.File(path, 'a') as f:
-        f['data/demo_10/actions'][1, 3] = np.nan
+    path = write_robomimic_file(tmp_path / "nan.hdf5")
+    with h5py.File(path, "a") as f:
+        f["data/demo_10/actions"][1, 3] = np.nan
     with pytest.raises(ValueError, match=r"demo_10 has NaN/inf in \['actions'\]"):
         ru.load_robomimic_dataset(path)
-    path = write_robomimic_file(tmp_path / 'b.hdf5')
-    with h5py.File(path, 'a') as f:
-        del f['data'].attrs['env_args']
+    path = write_robomimic_file(tmp_path / "b.hdf5")
+    with h5py.File(path, "a") as f:
+        del f["data"].attrs["env_args"]
     with pytest.raises(ValueError, match='no "env_args"'):
         ru.load_env_meta(path)
-    with open(tmp_path / 'c.hdf5', 'w') as f:
-        f.write('not hdf5')
-    with pytest.raises(ValueError, match='cannot be read as hdf5'):
-        ru.load_robomimic_dataset(str(tmp_path / 'c.hdf5'))
-    old = {**LIFT_ENV_ARGS, 'env_kwargs': {**LIFT_ENV_ARGS['env_kwargs'], 'controller_configs': {'type': 'OSC_POSE'}}}
-    with pytest.raises(ValueError, match='pre-1.5 controller config'):
+    with open(tmp_path / "c.hdf5", "w") as f:
+        f.write("not hdf5")
+    with pytest.raises(ValueError, match="cannot be read as hdf5"):
+        ru.load_robomimic_dataset(str(tmp_path / "c.hdf5"))
+    old = {**LIFT_ENV_ARGS, "env_kwargs": {**LIFT_ENV_ARGS["env_kwargs"], "controller_configs": {"type": "OSC_POSE"}}}
+    with pytest.raises(ValueError, match="pre-1.5 controller config"):
         ru.robosuite_kwargs(old)
 
 
 def test_missing_simulator_says_how_to_install(lift_file, monkeypatch):
-    monkeypatch.setitem(sys.modules, 'robosuite', None)  # `import robosuite` now raises ImportError
+    monkeypatch.setitem(sys.modules, "robosuite", None)  # `import robosuite` now raises ImportError
     with pytest.raises(ImportError) as e:
-        env_utils.make_env_and_datasets('lift-mh-low_dim', dataset_path=lift_file)
+        env_utils.make_env_and_datasets("lift-mh-low_dim", dataset_path=lift_file)
     message = str(e.value)
-    assert 'pip install -r /tmp/requirements-base.txt -r requirements-robomimic.txt' in message
-    assert 'robosuite 1.5.1' in message and 'python3.11 -m venv' in message
+    assert "pip install -r /tmp/requirements-base.txt -r requirements-robomimic.txt" in message
+    assert "robosuite 1.5.1" in message and "python3.11 -m venv" in message
 
 
 def test_robosuite_kwargs_turn_rendering_off():
     kwargs = ru.robosuite_kwargs(LIFT_ENV_ARGS)
-    assert kwargs['has_offscreen_renderer'] is False and kwargs['use_camera_obs'] is False
-    assert kwargs['has_renderer'] is False and kwargs['ignore_done'] is True and kwargs['use_object_obs'] is True
-    assert kwargs['controller_configs'] == LIFT_ENV_ARGS['env_kwargs']['controller_configs']
-    assert LIFT_ENV_ARGS['env_kwargs']['has_offscreen_renderer'] is True  # the metadata is not mutated
+    assert kwargs["has_offscreen_renderer"] is False and kwargs["use_camera_obs"] is False
+    assert kwargs["has_renderer"] is False and kwargs["ignore_done"] is True and kwargs["use_object_obs"] is True
+    assert kwargs["controller_configs"] == LIFT_ENV_ARGS["env_kwargs"]["controller_configs"]
+    assert LIFT_ENV_ARGS["env_kwargs"]["has_offscreen_renderer"] is True  # the metadata is not mutated
 
 
 # ---- the wrapper, on a stand-in for a robosuite env (runs without the extra) ---------------------
@@ -233,9 +268,9 @@ class FakeRobosuiteEnv:
         self.action_spec = (-np.ones(7), np.ones(7))
 
     def _obs(self):
-        obs = {k: np.full(d, self.t + 0.5 * j) for j, (k, d) in enumerate(KEY_DIMS.items()) if k != 'object'}
-        obs['object-state'] = np.concatenate([self.cube, np.full(7, float(self.t))])
-        obs['robot0_joint_pos'] = np.zeros(7)
+        obs = {k: np.full(d, self.t + 0.5 * j) for j, (k, d) in enumerate(KEY_DIMS.items()) if k != "object"}
+        obs["object-state"] = np.concatenate([self.cube, np.full(7, float(self.t))])
+        obs["robot0_joint_pos"] = np.zeros(7)
         return obs
 
     def reset(self):
@@ -263,16 +298,19 @@ def test_wrapper_observation_action_and_episode_ends():
     np.testing.assert_array_equal(ob[:9], [0, 0, 0, 0.5, 0.5, 0.5, 0.5, 1, 1])  # eef_pos, eef_quat, gripper
     results = [env.step(np.array([2.0, -3.0, 0, 0, 0, 0, 0.5])) for _ in range(3)]
     np.testing.assert_array_equal(env.robosuite_env.actions[0], [1.0, -1.0, 0, 0, 0, 0, 0.5])  # clipped
-    assert [r[1:5] for r in results] == [(0.0, False, False, {'success': 0}), (0.0, False, False, {'success': 0}),
-                                         (1.0, True, False, {'success': 1})]
+    assert [r[1:5] for r in results] == [
+        (0.0, False, False, {"success": 0}),
+        (0.0, False, False, {"success": 0}),
+        (1.0, True, False, {"success": 1}),
+    ]
     assert ru.online_reward_fn(results[-1][1]) == 0.0 and ru.online_reward_fn(results[0][1]) == -1.0
-    with pytest.raises(ValueError, match='expected'):
+    with pytest.raises(ValueError, match="expected"):
         env.step(np.zeros(6))
 
     never = ru.RobomimicLowDimEnv(FakeRobosuiteEnv(), max_episode_steps=4, seed=0)
     never.reset(seed=0)
     ends = [never.step(np.zeros(7))[2:5] for _ in range(4)]
-    assert ends == [(False, False, {'success': 0})] * 3 + [(False, True, {'success': 0})]
+    assert ends == [(False, False, {"success": 0})] * 3 + [(False, True, {"success": 0})]
     at_cap = ru.RobomimicLowDimEnv(FakeRobosuiteEnv(success_at=2), max_episode_steps=2, seed=0)
     at_cap.reset(seed=0)
     at_cap.step(np.zeros(7))
@@ -296,38 +334,42 @@ def test_env_utils_path_with_a_stand_in_env(lift_file, tmp_path, monkeypatch):
     made = []
 
     def fake_make(env_name, env_meta, seed=None):
-        made.append((env_name, env_meta['env_name'], seed))
+        made.append((env_name, env_meta["env_name"], seed))
         return ru.RobomimicLowDimEnv(FakeRobosuiteEnv(success_at=2), ru.episode_cap(env_name), seed=seed)
 
-    monkeypatch.setattr(ru, 'make_robomimic_env', fake_make)
-    out = env_utils.make_env_and_datasets('lift-mh-low_dim', dataset_dir=str(tmp_path), seed=3)
+    monkeypatch.setattr(ru, "make_robomimic_env", fake_make)
+    out = env_utils.make_env_and_datasets("lift-mh-low_dim", dataset_dir=str(tmp_path), seed=3)
     assert isinstance(out.env, EpisodeMonitor) and isinstance(out.eval_env, EpisodeMonitor)
-    assert [m[:2] for m in made] == [('lift-mh-low_dim', 'Lift')] * 2 and made[0][2] != made[1][2]
+    assert [m[:2] for m in made] == [("lift-mh-low_dim", "Lift")] * 2 and made[0][2] != made[1][2]
     assert out.val_dataset is None and out.next_shard is None
     for k, v in ru.load_robomimic_dataset(lift_file).items():
         np.testing.assert_array_equal(out.train_dataset[k], v)
     assert out.reward_fn(1.0) == 0.0 and out.reward_fn(0.0) == -1.0
-    assert out.metadata['episode_cap'] == 300 and out.metadata['reward_transform'] == 'r - 1 (offline and online)'
+    assert out.metadata["episode_cap"] == 300 and out.metadata["reward_transform"] == "r - 1 (offline and online)"
     out.env.reset(seed=0)
     out.env.step(np.zeros(7))
     *_, info = out.env.step(np.zeros(7))
-    assert info['success'] == 1 and info['episode']['length'] == 2
+    assert info["success"] == 1 and info["episode"]["length"] == 2
 
-    sparse = env_utils.make_env_and_datasets('lift-mh-low_dim', dataset_path=lift_file, sparse=True,
-                                             dataset_proportion=0.5)
+    sparse = env_utils.make_env_and_datasets(
+        "lift-mh-low_dim", dataset_path=lift_file, sparse=True, dataset_proportion=0.5
+    )
     assert sparse.reward_fn(1.0) == 0.0 and sparse.reward_fn(0.0) == -1.0
-    np.testing.assert_array_equal(sparse.train_dataset['terminals'], [0, 0, 1, 0, 1])
+    np.testing.assert_array_equal(sparse.train_dataset["terminals"], [0, 0, 1, 0, 1])
 
 
 # ---- the real simulator (optional extra) ----------------------------------------------------------
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope="module")
 def lift_env(tmp_path_factory):
-    pytest.importorskip('robosuite', reason='the robomimic simulator extra is not installed '
-                        '(pip install -r requirements-robomimic.txt in its own venv; see README)')
-    path = write_robomimic_file(tmp_path_factory.mktemp('rm') / 'low_dim_v15.hdf5')
-    env = ru.make_robomimic_env('lift-mh-low_dim', ru.load_env_meta(path), seed=0)
+    pytest.importorskip(
+        "robosuite",
+        reason="the robomimic simulator extra is not installed "
+        "(pip install -r requirements-robomimic.txt in its own venv; see README)",
+    )
+    path = write_robomimic_file(tmp_path_factory.mktemp("rm") / "low_dim_v15.hdf5")
+    env = ru.make_robomimic_env("lift-mh-low_dim", ru.load_env_meta(path), seed=0)
     yield env
     env.close()
 
@@ -351,8 +393,8 @@ def test_lift_env_from_file_metadata(lift_env):
     while not done:
         ob, reward, terminated, truncated, info = env.step(np.zeros(7))
         n, done = n + 1, terminated or truncated
-        assert reward == 0.0 and info['success'] == 0 and ru.online_reward_fn(reward) == -1.0
-    assert (n, terminated, truncated, info['episode']['length']) == (300, False, True, 300)
+        assert reward == 0.0 and info["success"] == 0 and ru.online_reward_fn(reward) == -1.0
+    assert (n, terminated, truncated, info["episode"]["length"]) == (300, False, True, 300)
 
 
 def test_lift_env_scripted_grasp_succeeds(lift_env):
@@ -369,5 +411,5 @@ def test_lift_env_scripted_grasp_succeeds(lift_env):
         ob, reward, terminated, truncated, info = lift_env.step(action)
         if terminated or truncated:
             break
-    assert (terminated, truncated, info['success'], reward) == (True, False, 1, 1.0)
+    assert (terminated, truncated, info["success"], reward) == (True, False, 1, 1.0)
     assert ru.online_reward_fn(reward) == 0.0 and t < 150

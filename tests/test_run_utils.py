@@ -17,9 +17,13 @@ from utils.flax_utils import load_checkpoint_metadata
 def _dataset(terminals, seed=0):
     n = len(terminals)
     return Dataset.create(
-        observations=np.arange(n, dtype=np.float32)[:, None], actions=np.zeros((n, 2), np.float32),
-        rewards=-np.ones(n, np.float32), terminals=np.asarray(terminals, np.float32),
-        masks=np.ones(n, np.float32), next_observations=np.arange(1, n + 1, dtype=np.float32)[:, None], seed=seed,
+        observations=np.arange(n, dtype=np.float32)[:, None],
+        actions=np.zeros((n, 2), np.float32),
+        rewards=-np.ones(n, np.float32),
+        terminals=np.asarray(terminals, np.float32),
+        masks=np.ones(n, np.float32),
+        next_observations=np.arange(1, n + 1, dtype=np.float32)[:, None],
+        seed=seed,
     )
 
 
@@ -92,8 +96,16 @@ def _run(monkeypatch, tmp_path, *args):
     cfg = parse(monkeypatch, "main", f"--save_dir={tmp_path}", *args)
     data = _dataset([0] * 9 + [1])
     example = data.sample(1, idxs=np.zeros(1, dtype=int))
-    return run_utils.Run(cfg=cfg, agent=None, env_data=types.SimpleNamespace(eval_env=None), train_dataset=data,
-                         run_dir=str(tmp_path), logger=None, action_dim=2, example=example)
+    return run_utils.Run(
+        cfg=cfg,
+        agent=None,
+        env_data=types.SimpleNamespace(eval_env=None),
+        train_dataset=data,
+        run_dir=str(tmp_path),
+        logger=None,
+        action_dim=2,
+        example=example,
+    )
 
 
 def test_checkpoint_is_written_before_a_failing_evaluation(monkeypatch, tmp_path):
@@ -106,7 +118,9 @@ def test_checkpoint_is_written_before_a_failing_evaluation(monkeypatch, tmp_path
     with pytest.raises(RuntimeError, match="renderer crashed"):
         run.end_of_step({"w": np.arange(3.0)}, 10, phase="offline")  # any flax-serializable pytree
     assert load_checkpoint_metadata(os.path.join(tmp_path, "checkpoints", "agent_10.msgpack")) == {
-        "step": 10, "phase": "offline"}
+        "step": 10,
+        "phase": "offline",
+    }
 
 
 def test_online_steps_are_logged_after_the_offline_ones(monkeypatch, tmp_path):

@@ -1,8 +1,8 @@
 """utils/seeding.py: the seed range, one distinct stream per (seed, stream, step), and evaluate's use of it.
 
-Earlier versions aliased streams: ``--seed=0`` and ``--seed=2**32`` built the same networks, the
-collector used ``PRNGKey(seed + 1)`` (the agent key of ``seed + 1``), the evaluation seed
-``seed * 1000003 + step`` wrapped, and the replay buffer was seeded like the dataset sampler.
+Earlier versions aliased streams: `--seed=0` and `--seed=2**32` built the same networks, the
+collector used `PRNGKey(seed + 1)` (the agent key of `seed + 1`), the evaluation seed
+`seed * 1000003 + step` wrapped, and the replay buffer was seeded like the dataset sampler.
 """
 
 import itertools
@@ -92,7 +92,8 @@ def test_every_numpy_stream_is_distinct():
         assert draws[(seed, "dataset")] != draws[(seed, "replay_buffer")]
         assert first_draws(seeding.numpy_rng(seed, "dataset")) != first_draws(seeding.numpy_rng(seed + 1, "dataset"))
         assert first_draws(seeding.numpy_rng(seed, "replay_buffer")) != first_draws(
-            seeding.numpy_rng(seed + 1, "replay_buffer"))
+            seeding.numpy_rng(seed + 1, "replay_buffer")
+        )
     # Deterministic: the same (seed, stream) gives the same draws.
     assert first_draws(seeding.numpy_rng(4295, "replay_buffer")) == draws[(4295, "replay_buffer")]
     for seed, stream in itertools.product(SEEDS, ("env", "eval_env")):
@@ -131,7 +132,7 @@ def test_evaluation_streams_reset_seeds(k):
 
 
 class SeedRecordingEnv(gym.Env):
-    """Episodes of ``T`` steps that record the ``seed=`` of every reset."""
+    """Episodes of `T` steps that record the `seed=` of every reset."""
 
     def __init__(self, T=3, action_dim=2):
         self.T = T
@@ -155,7 +156,7 @@ class SeedRecordingEnv(gym.Env):
 
 
 class KeyRecordingAgent:
-    """Returns a zero chunk of ``h`` actions and records the key of every call."""
+    """Returns a zero chunk of `h` actions and records the key of every call."""
 
     def __init__(self, h=2, action_dim=2):
         self.h, self.action_dim, self.keys = h, action_dim, []
@@ -168,8 +169,17 @@ class KeyRecordingAgent:
 @pytest.mark.parametrize("seed, step, episodes, videos", [(0, 0, 3, 0), (4295, 100000, 2, 2)])
 def test_evaluate_resets_with_the_evaluation_streams(seed, step, episodes, videos):
     env, agent = SeedRecordingEnv(), KeyRecordingAgent()
-    evaluate(agent, env, num_eval_episodes=episodes, num_video_episodes=videos, video_frame_skip=1,
-             action_dim=2, seed=seed, step=step, progress=False)
+    evaluate(
+        agent,
+        env,
+        num_eval_episodes=episodes,
+        num_video_episodes=videos,
+        video_frame_skip=1,
+        action_dim=2,
+        seed=seed,
+        step=step,
+        progress=False,
+    )
     key, reset_seeds = seeding.evaluation_streams(seed, step, episodes + videos)
     assert env.reset_seeds == reset_seeds  # one fresh seed per episode, video episodes included
     assert len(set(env.reset_seeds)) == episodes + videos

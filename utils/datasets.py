@@ -125,8 +125,11 @@ class Dataset(Mapping):
             view.setflags(write=False)
             arrays[key] = view
         _check_fields(arrays)
-        return cls(arrays, rng=rng if rng is not None else np.random.default_rng(seed),
-                   stop_reward_at_mask_zero=stop_reward_at_mask_zero)
+        return cls(
+            arrays,
+            rng=rng if rng is not None else np.random.default_rng(seed),
+            stop_reward_at_mask_zero=stop_reward_at_mask_zero,
+        )
 
     # ---- mapping interface ----
     def __getitem__(self, key):
@@ -157,9 +160,7 @@ class Dataset(Mapping):
         """
         fields = dict(self._fields)
         fields.update(add_or_replace or {})
-        return type(self).create(
-            rng=self.rng, stop_reward_at_mask_zero=self.stop_reward_at_mask_zero, **fields
-        )
+        return type(self).create(rng=self.rng, stop_reward_at_mask_zero=self.stop_reward_at_mask_zero, **fields)
 
     # ---- sampling ----
     def _physical(self, logical):
@@ -351,12 +352,14 @@ class ReplayBuffer(Dataset):
             value = np.asarray(value)
             storage[key] = np.zeros((size, *value.shape), dtype=value.dtype)
         _check_fields(storage, check_finite=False)
-        return cls(storage, rng=rng if rng is not None else np.random.default_rng(seed),
-                   stop_reward_at_mask_zero=stop_reward_at_mask_zero)
+        return cls(
+            storage,
+            rng=rng if rng is not None else np.random.default_rng(seed),
+            stop_reward_at_mask_zero=stop_reward_at_mask_zero,
+        )
 
     @classmethod
-    def create_from_initial_dataset(cls, dataset_dict, size, *, seed=0, rng=None,
-                                    stop_reward_at_mask_zero=False):
+    def create_from_initial_dataset(cls, dataset_dict, size, *, seed=0, rng=None, stop_reward_at_mask_zero=False):
         """A buffer holding a copy of `dataset_dict` (N rows) as its oldest rows.
 
         Storage has max_size = max(size, N + 1) rows, as in the reference driver: a dataset
@@ -379,8 +382,13 @@ class ReplayBuffer(Dataset):
         for key, arr in arrays.items():
             storage[key] = np.zeros((max_size, *arr.shape[1:]), dtype=arr.dtype)
             storage[key][:n] = arr
-        return cls(storage, rng=rng if rng is not None else np.random.default_rng(seed),
-                   stop_reward_at_mask_zero=stop_reward_at_mask_zero, size=n, pointer=n % max_size)
+        return cls(
+            storage,
+            rng=rng if rng is not None else np.random.default_rng(seed),
+            stop_reward_at_mask_zero=stop_reward_at_mask_zero,
+            size=n,
+            pointer=n % max_size,
+        )
 
     def copy(self, add_or_replace=None):
         """A new ReplayBuffer with copied storage (so adding to one leaves the other alone).
@@ -392,8 +400,13 @@ class ReplayBuffer(Dataset):
         _check_fields(fields)
         if len(fields["observations"]) != self.max_size:
             raise ValueError(f"replacement fields must have max_size={self.max_size} rows")
-        return ReplayBuffer(fields, rng=self.rng, stop_reward_at_mask_zero=self.stop_reward_at_mask_zero,
-                            size=self._size, pointer=self.pointer)
+        return ReplayBuffer(
+            fields,
+            rng=self.rng,
+            stop_reward_at_mask_zero=self.stop_reward_at_mask_zero,
+            size=self._size,
+            pointer=self.pointer,
+        )
 
     def _physical(self, logical):
         """Logical row (0 = oldest held) -> storage row; see the class docstring."""
@@ -415,16 +428,17 @@ class ReplayBuffer(Dataset):
         missing = sorted(set(self._fields) - set(transition))
         unknown = sorted(set(transition) - set(self._fields))
         if missing or unknown:
-            raise ValueError(
-                f"transition fields do not match the buffer: missing {missing}, unknown {unknown}"
-            )
+            raise ValueError(f"transition fields do not match the buffer: missing {missing}, unknown {unknown}")
         for key, value in transition.items():
             if value.shape != self._fields[key].shape[1:]:
-                raise ValueError(f"field '{key}' has shape {value.shape}, "
-                                 f"the buffer stores {self._fields[key].shape[1:]}")
+                raise ValueError(
+                    f"field '{key}' has shape {value.shape}, the buffer stores {self._fields[key].shape[1:]}"
+                )
             if key in FINITE_KEYS and np.issubdtype(value.dtype, np.inexact) and not np.isfinite(value).all():
-                raise ValueError(f"field '{key}' has a non-finite value (NaN or inf) in the added transition "
-                                 f"(would be storage row {self.pointer})")
+                raise ValueError(
+                    f"field '{key}' has a non-finite value (NaN or inf) in the added transition "
+                    f"(would be storage row {self.pointer})"
+                )
         for key, value in transition.items():
             self._fields[key][self.pointer] = value
         self.pointer = (self.pointer + 1) % self.max_size

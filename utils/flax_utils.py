@@ -1,12 +1,12 @@
 """Flax helpers shared by the agents: module dictionary, train state, Polyak update, checkpoints.
 
 Gradient routing (read this before writing a loss): all of an agent's networks live in one
-:class:`ModuleDict` with one parameter tree and one optimizer. A module call
-``network.select('critic')(obs, actions, params=grad_params)`` uses the parameters being
-differentiated and therefore passes gradient to them; the same call *without* ``params=``
-uses the stored parameters ``network.params``, which are constants inside ``jax.grad`` and
-receive exactly zero gradient. So the TD target's ``target_critic``, the distillation target and
-the critic inside the actor's Q term are called without ``params=`` (tests/test_flax_utils.py and
+`ModuleDict` with one parameter tree and one optimizer. A module call
+`network.select('critic')(obs, actions, params=grad_params)` uses the parameters being
+differentiated and therefore passes gradient to them; the same call *without* `params=`
+uses the stored parameters `network.params`, which are constants inside `jax.grad` and
+receive exactly zero gradient. So the TD target's `target_critic`, the distillation target and
+the critic inside the actor's Q term are called without `params=` (tests/test_flax_utils.py and
 the agent tests check the zeros).
 """
 
@@ -25,10 +25,10 @@ nonpytree_field = lambda: flax.struct.field(pytree_node=False)  # noqa: E731 - s
 
 
 class ModuleDict(nn.Module):
-    """A dictionary of named modules sharing one parameter tree (``params['modules_<name>']``).
+    """A dictionary of named modules sharing one parameter tree (`params['modules_<name>']`).
 
-    ``init`` calls every module once (``name=None``) with the example inputs given as
-    ``{name: args}``; ``apply(..., name=NAME)`` calls one of them.
+    `init` calls every module once (`name=None`) with the example inputs given as
+    `{name: args}`; `apply(..., name=NAME)` calls one of them.
     """
 
     modules: Dict[str, nn.Module]
@@ -38,8 +38,7 @@ class ModuleDict(nn.Module):
         if name is None:
             if kwargs.keys() != self.modules.keys():
                 raise ValueError(
-                    f"ModuleDict init needs example inputs for exactly {sorted(self.modules)}, "
-                    f"got {sorted(kwargs)}."
+                    f"ModuleDict init needs example inputs for exactly {sorted(self.modules)}, got {sorted(kwargs)}."
                 )
             out = {}
             for key, value in kwargs.items():
@@ -53,21 +52,21 @@ TARGET_PREFIX = "modules_target_"
 
 
 def split_targets(params):
-    """``(trainable, targets)``: the top-level entries of ``params`` without and with ``modules_target_``."""
+    """`(trainable, targets)`: the top-level entries of `params` without and with `modules_target_`."""
     trainable = {k: v for k, v in params.items() if not k.startswith(TARGET_PREFIX)}
     targets = {k: v for k, v in params.items() if k.startswith(TARGET_PREFIX)}
     return trainable, targets
 
 
 class TrainState(flax.struct.PyTreeNode):
-    """Parameters, optimizer state and step count of a :class:`ModuleDict` (immutable).
+    """Parameters, optimizer state and step count of a `ModuleDict` (immutable).
 
-    ``state(*args, params=None, name=NAME)`` applies module ``NAME`` with ``params`` when given
-    (gradient flows to them) or with the stored ``self.params`` otherwise (no gradient).
+    `state(*args, params=None, name=NAME)` applies module `NAME` with `params` when given
+    (gradient flows to them) or with the stored `self.params` otherwise (no gradient).
 
-    Target networks (``params['modules_target_<name>']``) are no optimizer's business: the
+    Target networks (`params['modules_target_<name>']`) are no optimizer's business: the
     optimizer state covers the other entries only, gradients are taken with respect to those only,
-    and targets move only by :func:`polyak_update` (as RLPD keeps them out of its optimizer).
+    and targets move only by `polyak_update` (as RLPD keeps them out of its optimizer).
     """
 
     step: int
@@ -81,12 +80,17 @@ class TrainState(flax.struct.PyTreeNode):
     def create(cls, model_def, params, tx=None, **kwargs):
         opt_state = tx.init(split_targets(params)[0]) if tx is not None else None
         return cls(
-            step=1, apply_fn=model_def.apply, model_def=model_def, params=params, tx=tx,
-            opt_state=opt_state, **kwargs,
+            step=1,
+            apply_fn=model_def.apply,
+            model_def=model_def,
+            params=params,
+            tx=tx,
+            opt_state=opt_state,
+            **kwargs,
         )
 
     def with_params(self, params):
-        """This state with ``params`` and a fresh optimizer state for them (step count kept)."""
+        """This state with `params` and a fresh optimizer state for them (step count kept)."""
         return self.replace(params=params, opt_state=self.tx.init(split_targets(params)[0]))
 
     def __call__(self, *args, params=None, **kwargs):
@@ -95,22 +99,22 @@ class TrainState(flax.struct.PyTreeNode):
         return self.apply_fn({"params": params}, *args, **kwargs)
 
     def select(self, name):
-        """The call of module ``name``: ``state.select('critic')(obs, actions, params=...)``."""
+        """The call of module `name`: `state.select('critic')(obs, actions, params=...)`."""
         return lambda *args, **kwargs: self(*args, name=name, **kwargs)
 
     def apply_gradients(self, grads):
-        """One optimizer step with ``grads`` over the trainable (non-target) parameters."""
+        """One optimizer step with `grads` over the trainable (non-target) parameters."""
         trainable, targets = split_targets(self.params)
         updates, new_opt_state = self.tx.update(grads, self.opt_state, trainable)
         new_params = {**optax.apply_updates(trainable, updates), **targets}
         return self.replace(step=self.step + 1, params=new_params, opt_state=new_opt_state)
 
     def apply_loss_fn(self, loss_fn):
-        """One optimizer step on ``loss_fn(params) -> (loss, info)``; returns ``(state, info)``.
+        """One optimizer step on `loss_fn(params) -> (loss, info)`; returns `(state, info)`.
 
         The gradient is taken with respect to the trainable parameters only (the targets enter
-        ``loss_fn`` as constants). ``info`` gains ``grad/norm`` (global L2 norm), ``grad/max`` and
-        ``grad/min`` over all parameters, the targets' zero gradients included (as the reference
+        `loss_fn` as constants). `info` gains `grad/norm` (global L2 norm), `grad/max` and
+        `grad/min` over all parameters, the targets' zero gradients included (as the reference
         logs them: max and min then bracket 0).
         """
         trainable, targets = split_targets(self.params)
@@ -130,7 +134,7 @@ class TrainState(flax.struct.PyTreeNode):
 
 
 def polyak_update(source_params, target_params, tau: float):
-    """Pure Polyak averaging ``target <- tau * source + (1 - tau) * target`` (leafwise).
+    """Pure Polyak averaging `target <- tau * source + (1 - tau) * target` (leafwise).
 
     Returns the new target tree; neither input is modified.
     """
@@ -138,12 +142,12 @@ def polyak_update(source_params, target_params, tau: float):
 
 
 def gradient_and_target_step(agent, batch):
-    """One optimizer step on ``agent.total_loss`` and one Polyak step of every target network.
+    """One optimizer step on `agent.total_loss` and one Polyak step of every target network.
 
-    ``agent`` has ``rng``, ``network`` (:class:`TrainState`), ``config['tau']`` and
-    ``total_loss(batch, grad_params, rng) -> (loss, info)``. Each ``modules_target_<name>`` moves
-    toward ``modules_<name>`` as it was *before* this step's gradient update, as in FQL and the QC
-    reference (RLPD itself uses the updated critic). Returns ``(agent, info)``.
+    `agent` has `rng`, `network` (`TrainState`), `config['tau']` and
+    `total_loss(batch, grad_params, rng) -> (loss, info)`. Each `modules_target_<name>` moves
+    toward `modules_<name>` as it was *before* this step's gradient update, as in FQL and the QC
+    reference (RLPD itself uses the updated critic). Returns `(agent, info)`.
     """
     new_rng, rng = jax.random.split(agent.rng)
     network, info = agent.network.apply_loss_fn(lambda p: agent.total_loss(batch, p, rng))
@@ -160,11 +164,11 @@ class CheckpointError(ValueError):
 
 
 def save_agent(agent, path: str, metadata: Optional[dict] = None) -> str:
-    """Write ``agent`` (any Flax pytree) to ``path`` with flax msgpack serialization (no pickle).
+    """Write `agent` (any Flax pytree) to `path` with flax msgpack serialization (no pickle).
 
     The file is written to a temporary name in the same directory and renamed, so an interrupted
-    save never leaves a half-written checkpoint under ``path``. ``metadata`` (a JSON-like dict of
-    plain values, e.g. the step) is stored beside the state. Returns ``path``.
+    save never leaves a half-written checkpoint under `path`. `metadata` (a JSON-like dict of
+    plain values, e.g. the step) is stored beside the state. Returns `path`.
     """
     path = os.path.abspath(os.path.expanduser(path))
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -184,15 +188,15 @@ def save_agent(agent, path: str, metadata: Optional[dict] = None) -> str:
 
 
 def load_checkpoint_metadata(path: str) -> dict:
-    """The ``metadata`` dict stored by :func:`save_agent`. Raises :class:`CheckpointError`."""
+    """The `metadata` dict stored by `save_agent`. Raises `CheckpointError`."""
     return _read_payload(path).get("metadata", {})
 
 
 def restore_agent(agent, path: str):
-    """Return ``agent`` with every leaf replaced by the one stored in ``path``.
+    """Return `agent` with every leaf replaced by the one stored in `path`.
 
-    ``agent`` is a template of the same structure (e.g. a freshly created agent with the same
-    config). Raises :class:`CheckpointError` (a ``ValueError``) naming the file when it does not
+    `agent` is a template of the same structure (e.g. a freshly created agent with the same
+    config). Raises `CheckpointError` (a `ValueError`) naming the file when it does not
     exist, cannot be decoded (truncated or corrupt), or does not match the template's structure
     or shapes.
     """
@@ -227,8 +231,7 @@ def _read_payload(path: str) -> dict:
         payload = serialization.msgpack_restore(data)
     except Exception as e:  # msgpack raises several unrelated types for damaged input
         raise CheckpointError(
-            f"Checkpoint {path} is truncated or corrupt ({type(e).__name__}: {e}); "
-            f"it is {len(data)} bytes long."
+            f"Checkpoint {path} is truncated or corrupt ({type(e).__name__}: {e}); it is {len(data)} bytes long."
         ) from e
     if not isinstance(payload, dict):
         raise CheckpointError(f"Checkpoint {path} does not hold a qc checkpoint.")

@@ -1,14 +1,14 @@
 """The one network stack both agents build on.
 
-* :class:`MLP`: the multilayer perceptron every other module uses.
-* :func:`ensemblize`: an ensemble of any module via ``nn.vmap`` (separate parameters per member).
-* :class:`Value`: the critic ensemble ``Q(s, a)`` (ACFQL, ACRLPD).
-* :class:`ActorVectorField`: the flow-matching velocity field ``v(s, x_t, t)`` (ACFQL; also used as
-  the one-step policy ``mu(s, z)`` when called without ``times``).
-* :class:`TanhNormalActor`: the tanh-squashed Gaussian policy head of ACRLPD (distrax).
+* `MLP`: the multilayer perceptron every other module uses.
+* `ensemblize`: an ensemble of any module via `nn.vmap` (separate parameters per member).
+* `Value`: the critic ensemble `Q(s, a)` (ACFQL, ACRLPD).
+* `ActorVectorField`: the flow-matching velocity field `v(s, x_t, t)` (ACFQL; also used as
+  the one-step policy `mu(s, z)` when called without `times`).
+* `TanhNormalActor`: the tanh-squashed Gaussian policy head of ACRLPD (distrax).
 
-Shapes use ``B`` for any number of leading batch axes (the best-of-N candidate axis included),
-``D`` for the observation feature size and ``A`` for the (possibly chunked, ``h * action_dim``) action
+Shapes use `B` for any number of leading batch axes (the best-of-N candidate axis included),
+`D` for the observation feature size and `A` for the (possibly chunked, `h * action_dim`) action
 size.
 """
 
@@ -27,10 +27,10 @@ def default_init(scale: float = 1.0):
 class MLP(nn.Module):
     """Multilayer perceptron.
 
-    Layer ``i`` is ``Dense(hidden_dims[i])``; every layer but the last (all of them when
-    ``activate_final``) is followed by ``activations`` and then, when ``layer_norm``, by
-    ``LayerNorm`` (activation first, then layer norm: the order of the FQL/QC reference).
-    Kernels use :func:`default_init` (variance scaling, fan_avg, uniform); biases start at zero.
+    Layer `i` is `Dense(hidden_dims[i])`; every layer but the last (all of them when
+    `activate_final`) is followed by `activations` and then, when `layer_norm`, by
+    `LayerNorm` (activation first, then layer norm: the order of the FQL/QC reference).
+    Kernels use `default_init` (variance scaling, fan_avg, uniform); biases start at zero.
 
     Args:
         hidden_dims: output width of each Dense layer; the last entry is the output size.
@@ -39,7 +39,7 @@ class MLP(nn.Module):
         kernel_init: kernel initializer.
         layer_norm: apply layer normalisation after each activation.
 
-    Input ``(B, D_in)`` -> output ``(B, hidden_dims[-1])``.
+    Input `(B, D_in)` -> output `(B, hidden_dims[-1])`.
     """
 
     hidden_dims: Sequence[int]
@@ -60,11 +60,11 @@ class MLP(nn.Module):
 
 
 def ensemblize(cls, num_qs: int, in_axes=None, out_axes: int = 0, **kwargs):
-    """Ensemble of ``num_qs`` copies of module class ``cls`` with separate parameters.
+    """Ensemble of `num_qs` copies of module class `cls` with separate parameters.
 
-    Built on ``nn.vmap`` over the ``params`` collection: every member sees the same inputs
-    (``in_axes=None``) and the outputs are stacked on axis ``out_axes`` (default 0), so a
-    member's output ``(B,)`` becomes ``(num_qs, B)``.
+    Built on `nn.vmap` over the `params` collection: every member sees the same inputs
+    (`in_axes=None`) and the outputs are stacked on axis `out_axes` (default 0), so a
+    member's output `(B,)` becomes `(num_qs, B)`.
     """
     return nn.vmap(
         cls,
@@ -78,9 +78,9 @@ def ensemblize(cls, num_qs: int, in_axes=None, out_axes: int = 0, **kwargs):
 
 
 class FourierFeatures(nn.Module):
-    """Sinusoidal features of a scalar time ``t`` in [0, 1] for the flow field.
+    """Sinusoidal features of a scalar time `t` in [0, 1] for the flow field.
 
-    Fixed log-spaced frequencies (transformer-style). Input ``(B, 1)`` -> ``(B, output_size)``.
+    Fixed log-spaced frequencies (transformer-style). Input `(B, 1)` -> `(B, output_size)`.
     """
 
     output_size: int = 64
@@ -94,16 +94,16 @@ class FourierFeatures(nn.Module):
 
 
 class Value(nn.Module):
-    """Critic ensemble ``Q_k(s, a)``, k = 1..num_ensembles (paper Sec. 4: chunked critic).
+    """Critic ensemble `Q_k(s, a)`, k = 1..num_ensembles (paper Sec. 4: chunked critic).
 
-    Each member is an :class:`MLP` ``hidden_dims + (1,)`` on ``concat(s, a)``.
+    Each member is an `MLP` `hidden_dims + (1,)` on `concat(s, a)`.
 
     Args:
         hidden_dims: hidden layer widths (paper: 4 x 512).
         layer_norm: layer norm in the hidden layers (paper: on for the critic).
         num_ensembles: ensemble size K (ACFQL 2, ACRLPD 10); 1 gives no ensemble axis.
 
-    Call ``(observations (B, *ob), actions (B, A) or None)`` -> ``(K, B)`` (``(B,)`` when K = 1).
+    Call `(observations (B, *ob), actions (B, A) or None)` -> `(K, B)` (`(B,)` when K = 1).
     """
 
     hidden_dims: Sequence[int]
@@ -124,19 +124,19 @@ class Value(nn.Module):
 
 
 class ActorVectorField(nn.Module):
-    """Flow-matching velocity field ``v(s, x_t, t)`` over (chunked) actions (paper Sec. 4, QC).
+    """Flow-matching velocity field `v(s, x_t, t)` over (chunked) actions (paper Sec. 4, QC).
 
-    An :class:`MLP` ``hidden_dims + (action_dim,)`` on ``concat(s, x_t, t_features)``.
-    Called without ``times`` it is a one-step map ``mu(s, z)`` (the QC-FQL / FQL actor).
+    An `MLP` `hidden_dims + (action_dim,)` on `concat(s, x_t, t_features)`.
+    Called without `times` it is a one-step map `mu(s, z)` (the QC-FQL / FQL actor).
 
     Args:
         hidden_dims: hidden layer widths (paper: 4 x 512).
-        action_dim: output size ``A`` (``h * action_dim`` when chunking).
+        action_dim: output size `A` (`h * action_dim` when chunking).
         layer_norm: layer norm in the hidden layers (paper: off for the actor).
-        use_fourier_features: embed ``t`` with :class:`FourierFeatures` instead of using it raw.
+        use_fourier_features: embed `t` with `FourierFeatures` instead of using it raw.
         fourier_feature_dim: size of that embedding.
 
-    Call ``(observations (B, D), actions (B, A), times (B, 1) or None)`` -> velocities ``(B, A)``.
+    Call `(observations (B, D), actions (B, A), times (B, 1) or None)` -> velocities `(B, A)`.
     """
 
     hidden_dims: Sequence[int]
@@ -158,20 +158,20 @@ class ActorVectorField(nn.Module):
 
 
 class TanhNormalActor(nn.Module):
-    """Tanh-squashed diagonal Gaussian policy ``pi(a | s)`` (SAC / RLPD actor head).
+    """Tanh-squashed diagonal Gaussian policy `pi(a | s)` (SAC / RLPD actor head).
 
-    ``a = tanh(u)``, ``u ~ N(mean(s), diag(std(s)^2))``; log-probabilities include the tanh
-    change-of-variables term (distrax ``Block(Tanh(), ndims=1)``). ``log_std`` is clipped to
-    ``[log_std_min, log_std_max]``.
+    `a = tanh(u)`, `u ~ N(mean(s), diag(std(s)^2))`; log-probabilities include the tanh
+    change-of-variables term (distrax `Block(Tanh(), ndims=1)`). `log_std` is clipped to
+    `[log_std_min, log_std_max]`.
 
     Args:
         hidden_dims: hidden layer widths of the trunk (activate_final=True).
-        action_dim: output size ``A`` (``h * action_dim`` when chunking).
+        action_dim: output size `A` (`h * action_dim` when chunking).
         layer_norm: layer norm in the trunk.
         log_std_min, log_std_max: bounds of the log standard deviation (RLPD's -20 and 2).
 
-    Call ``(observations (B, D))`` -> a distrax distribution with event shape ``(A,)`` and batch
-    shape ``(B,)`` (``jnp.tanh(dist.distribution.mode())`` is the deterministic action).
+    Call `(observations (B, D))` -> a distrax distribution with event shape `(A,)` and batch
+    shape `(B,)` (`jnp.tanh(dist.distribution.mode())` is the deterministic action).
     """
 
     hidden_dims: Sequence[int]

@@ -1,6 +1,6 @@
-"""Every random stream of a run, derived from the one ``--seed`` by one documented split.
+"""Every random stream of a run, derived from the one `--seed` by one documented split.
 
-A run has one seed ``s`` in ``[0, 2**32)`` and these named streams (the number is the stream id):
+A run has one seed `s` in `[0, 2**32)` and these named streams (the number is the stream id):
 
     id  stream          kind              used by
     0   agent           JAX key           network initialisation and the agent's update randomness
@@ -13,15 +13,15 @@ A run has one seed ``s`` in ``[0, 2**32)`` and these named streams (the number i
 
 Derivation:
 
-* JAX streams: ``jax.random.fold_in(jax.random.PRNGKey(s), id)``. ``PRNGKey(s)`` is a distinct
-  key for every ``s`` in range (outside it, numbers that differ by a multiple of ``2**32`` would
-  give one key, hence the range check); ``fold_in`` gives a different key per stream id. The
-  evaluation at step ``t`` folds in ``t`` once more: ``fold_in(fold_in(PRNGKey(s), 6), t)``.
-* numpy streams: ``np.random.SeedSequence(s, spawn_key=(id,))`` (the evaluation at step ``t``:
-  ``spawn_key=(6, t)``), whose pool mixes the seed and the spawn key, so no two (seed, stream,
+* JAX streams: `jax.random.fold_in(jax.random.PRNGKey(s), id)`. `PRNGKey(s)` is a distinct
+  key for every `s` in range (outside it, numbers that differ by a multiple of `2**32` would
+  give one key, hence the range check); `fold_in` gives a different key per stream id. The
+  evaluation at step `t` folds in `t` once more: `fold_in(fold_in(PRNGKey(s), 6), t)`.
+* numpy streams: `np.random.SeedSequence(s, spawn_key=(id,))` (the evaluation at step `t`:
+  `spawn_key=(6, t)`), whose pool mixes the seed and the spawn key, so no two (seed, stream,
   step) triples share a generator. Environment reset seeds are drawn from these sequences.
 
-No stream is seeded twice and none is seeded from ``seed + k`` arithmetic (which made seed 1's
+No stream is seeded twice and none is seeded from `seed + k` arithmetic (which made seed 1's
 agent share seed 0's collector key in earlier versions).
 """
 
@@ -35,7 +35,7 @@ STREAMS = ("agent", "dataset", "replay_buffer", "collector", "env", "eval_env", 
 
 
 def check_seed(seed) -> int:
-    """``seed`` as an int; ``ValueError`` naming ``--seed`` unless it is an int in ``[0, 2**32)``."""
+    """`seed` as an int; `ValueError` naming `--seed` unless it is an int in `[0, 2**32)`."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < SEED_LIMIT:
         raise ValueError(
             f"--seed={seed!r} must be an int in [0, 2**32) = [0, {SEED_LIMIT - 1}]: seeds that differ by a "
@@ -51,31 +51,31 @@ def _stream_id(stream: str) -> int:
 
 
 def jax_key(seed: int, stream: str) -> jax.Array:
-    """The JAX key of ``stream``: ``fold_in(PRNGKey(seed), stream id)``."""
+    """The JAX key of `stream`: `fold_in(PRNGKey(seed), stream id)`."""
     return jax.random.fold_in(jax.random.PRNGKey(check_seed(seed)), _stream_id(stream))
 
 
 def seed_sequence(seed: int, stream: str, *extra: int) -> np.random.SeedSequence:
-    """``SeedSequence(seed, spawn_key=(stream id, *extra))``."""
+    """`SeedSequence(seed, spawn_key=(stream id, *extra))`."""
     return np.random.SeedSequence(check_seed(seed), spawn_key=(_stream_id(stream), *(int(e) for e in extra)))
 
 
 def numpy_rng(seed: int, stream: str) -> np.random.Generator:
-    """The numpy generator of ``stream`` (``dataset``, ``replay_buffer``)."""
+    """The numpy generator of `stream` (`dataset`, `replay_buffer`)."""
     return np.random.default_rng(seed_sequence(seed, stream))
 
 
 def env_seed(seed: int, stream: str) -> int:
-    """One 32-bit reset seed for an environment stream (``env``, ``eval_env``)."""
+    """One 32-bit reset seed for an environment stream (`env`, `eval_env`)."""
     return int(seed_sequence(seed, stream).generate_state(1)[0])
 
 
 def evaluation_streams(seed: int, step: int, num_episodes: int) -> Tuple[jax.Array, List[int]]:
-    """The evaluation at ``step``: its policy key and one env reset seed per episode.
+    """The evaluation at `step`: its policy key and one env reset seed per episode.
 
     Returns:
-        ``(key, reset_seeds)``: ``fold_in(fold_in(PRNGKey(seed), 6), step)`` and ``num_episodes``
-        32-bit seeds from ``SeedSequence(seed, spawn_key=(6, step))``.
+        `(key, reset_seeds)`: `fold_in(fold_in(PRNGKey(seed), 6), step)` and `num_episodes`
+        32-bit seeds from `SeedSequence(seed, spawn_key=(6, step))`.
     """
     if step < 0:
         raise ValueError(f"step must be >= 0, got {step}.")
