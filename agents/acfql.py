@@ -56,19 +56,6 @@ def _repeat_candidates(x, n, axis):
     return jnp.repeat(jnp.expand_dims(x, axis), n, axis=axis)
 
 
-def _policy_actions(actions, config):
-    """Dataset actions `(B, h, action_dim)` as the actor and critic see them: the flattened chunk
-    `(B, h * action_dim)` with `action_chunking`, else the first action `(B, action_dim)`.
-
-    Raises `ValueError` when the windows do not have exactly `horizon_length` steps
-    (`agents.common.check_window`): `rewards[:, -1]` and `masks[:, -1]` must be step h.
-    """
-    common.check_window(actions, config)
-    if config["action_chunking"]:
-        return actions.reshape(actions.shape[0], -1)  # (B, h * A)
-    return actions[:, 0]  # (B, A)
-
-
 CONFIG_RULES = {
     "agent_name": common.one_of(("acfql",)),
     "lr": common.POSITIVE,
@@ -131,7 +118,7 @@ class ACFQLAgent(flax.struct.PyTreeNode):
         bootstrap = cfg["discount"] ** cfg["horizon_length"] * batch["masks"][..., -1]  # (B,)
         target_q = chunk_reward + bootstrap * next_q  # (B,)
 
-        actions = _policy_actions(batch["actions"], cfg)
+        actions = common.policy_actions(batch["actions"], cfg)
         q = common.ensemble_values(self.network, cfg, "critic", batch["observations"], actions, grad_params)  # (K, B)
         # Mean over members and batch, as in FQL and the reference.
         critic_loss = jnp.mean(batch["valid"][..., -1] * jnp.square(q - target_q))
@@ -155,7 +142,7 @@ class ACFQLAgent(flax.struct.PyTreeNode):
         With `normalize_q_loss` the Q term is divided by `stop_gradient(mean |Q|)`.
         """
         cfg = self.config
-        x_1 = _policy_actions(batch["actions"], cfg)  # (B, A)
+        x_1 = common.policy_actions(batch["actions"], cfg)  # (B, A)
         batch_size, action_dim = x_1.shape
         x_rng, t_rng, z_rng = jax.random.split(rng, 3)
         x_0 = jax.random.normal(x_rng, (batch_size, action_dim))

@@ -52,19 +52,6 @@ class Temperature(nn.Module):
         return jnp.exp(log_alpha)
 
 
-def _policy_actions(actions, config):
-    """Dataset actions `(B, h, action_dim)` as the actor and critic see them: the flattened chunk
-    `(B, h * action_dim)` with `action_chunking`, else the first action `(B, action_dim)`.
-
-    Raises `ValueError` when the windows do not have exactly `horizon_length` steps
-    (`agents.common.check_window`): a longer window would pair an H-step reward sum with `gamma^h`.
-    """
-    common.check_window(actions, config)
-    if config["action_chunking"]:
-        return actions.reshape(actions.shape[0], -1)  # (B, h * A)
-    return actions[:, 0]  # (B, A)
-
-
 def _log_likelihood_per_dim(dist, actions):
     """Per-dimension `log pi(a_j | s)` of the tanh-Gaussian `dist` at data `actions` `(B, D)` -> `(B, D)`.
 
@@ -120,7 +107,7 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
             # Difference from the reference: an option it lacks (RLPD's default; off in the paper's variants).
             target_q = target_q - bootstrap * self.network.select("temperature")() * next_log_probs
 
-        actions = _policy_actions(batch["actions"], cfg)
+        actions = common.policy_actions(batch["actions"], cfg)
         q = common.ensemble_values(self.network, cfg, "critic", batch["observations"], actions, grad_params)  # (K, B)
         critic_loss = jnp.mean(batch["valid"][:, -1] * jnp.square(q - target_q))  # mean over K and B
         return critic_loss, {
@@ -152,7 +139,7 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
         alpha = self.network.select("temperature")()  # stored: the actor loss does not move alpha
         sac_loss = jnp.mean(alpha * log_probs - q)
 
-        data_actions = _policy_actions(batch["actions"], cfg)  # (B, A)
+        data_actions = common.policy_actions(batch["actions"], cfg)  # (B, A)
         steps = common.policy_steps(cfg)
         log_lik = _log_likelihood_per_dim(dist, data_actions)  # (B, A)
         log_lik = log_lik.reshape(data_actions.shape[0], steps, cfg["action_dim"]).sum(axis=-1)  # (B, h)

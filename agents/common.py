@@ -10,7 +10,8 @@ between them.
   the critic target reads the chunk reward sum and the mask at step `h - 1`
   (`rewards[:, -1]`) and bootstraps with `gamma^h`; a longer window would combine an
   `H`-step reward sum with `gamma^h`.
-* `policy_steps`: actions per actor/critic input (`h` with chunking, else 1).
+* `policy_steps`: actions per actor/critic input (`h` with chunking, else 1); `policy_actions`:
+  a batch's actions as the actor and critic see them.
 * `update` / `batch_update`: the jitted gradient step (`lax.scan` over the UTD axis),
   fed only the batch keys the losses read (`UPDATE_KEYS`).
 * `ensemble_values`: a critic ensemble's values with the ensemble axis kept for K = 1.
@@ -123,6 +124,18 @@ def check_config(config: Mapping, rules: Dict[str, Rule], agent_name: str) -> Di
 def policy_steps(config: Mapping) -> int:
     """Actions per actor/critic input: `horizon_length` with `action_chunking`, else 1."""
     return config["horizon_length"] if config["action_chunking"] else 1
+
+
+def policy_actions(actions, config: Mapping):
+    """Dataset actions `(B, h, A)` as the actor and critic see them: the flattened chunk `(B, h * A)`
+    with `action_chunking`, else the first action `(B, A)` (the n-step baselines).
+
+    Raises `ValueError` when the windows do not have exactly `horizon_length` steps (`check_window`).
+    """
+    check_window(actions, config)
+    if config["action_chunking"]:
+        return actions.reshape(actions.shape[0], -1)  # (B, h * A)
+    return actions[:, 0]  # (B, A)
 
 
 def check_window(actions, config: Mapping):
