@@ -2,7 +2,9 @@
 
 `Logger.log(info, prefix, step)` writes `info` (a flat dict of scalars) as one row of
 `<save_dir>/<prefix>.csv` (prefixes used by the drivers: `eval`, `offline_agent`,
-`online_agent`, `env`) and, when wandb is on, as `<prefix>/<key>` at `step`.
+`online_agent`, `env`) and, when wandb is on, as `<prefix>/<key>` at `step`, together with
+`env_step` (the same step). `setup_wandb` declares `env_step` as the x axis of every
+`<prefix>/*` metric (`define_wandb_metrics`), so wandb's panels plot against environment steps.
 """
 
 import csv
@@ -75,11 +77,27 @@ class Logger:
             self.csv_loggers[prefix] = CsvLogger(os.path.join(self.save_dir, f"{prefix}.csv"), self.resume)
         self.csv_loggers[prefix].log(info, step)
         if self.wandb_run is not None:
-            self.wandb_run.log({f"{prefix}/{k}": _to_scalar(v) for k, v in info.items()}, step=step)
+            row = {f"{prefix}/{k}": _to_scalar(v) for k, v in info.items()}
+            self.wandb_run.log({**row, "env_step": int(step)}, step=step)
 
     def close(self):
         if self.wandb_run is not None:
             self.wandb_run.finish()
+
+
+# The prefixes the drivers log (`Logger.log`); `define_wandb_metrics` plots each against `env_step`.
+WANDB_PREFIXES = ("eval", "offline_agent", "online_agent", "env")
+
+
+def define_wandb_metrics(run):
+    """Make `env_step` the x axis of every logged metric of `run` (a wandb run).
+
+    Steps are environment steps as the drivers count them (offline step `i` -> `i`, online step
+    `i` -> `offline_steps + i`); `Logger.log` logs `env_step` with every row.
+    """
+    run.define_metric("env_step")
+    for prefix in WANDB_PREFIXES:
+        run.define_metric(f"{prefix}/*", step_metric="env_step")
 
 
 def setup_wandb(
@@ -90,6 +108,7 @@ def setup_wandb(
     `mode` is `online` (needs an account and network), `offline` (writes to
     `<save_dir>/wandb`; sync later with `wandb sync`) or `disabled`. No `start_method`
     setting is passed (current wandb rejects it). `run_id` resumes the run with that id.
+    The run's metrics are plotted against `env_step` (`define_wandb_metrics`).
     Raises `ValueError` for an unknown mode.
     """
     if mode not in ("online", "offline", "disabled"):
@@ -98,7 +117,7 @@ def setup_wandb(
         return None
     import wandb  # imported here: a CSV-only run does not pay for it
 
-    return wandb.init(
+    run = wandb.init(
         project=project,
         group=group,
         name=name,
@@ -108,6 +127,8 @@ def setup_wandb(
         id=run_id,
         resume="allow" if run_id else None,
     )
+    define_wandb_metrics(run)
+    return run
 
 
 def get_exp_name(env_name: str, seed: int, tag: str = "") -> str:

@@ -1,0 +1,474 @@
+"""scripts/plot_curves.py (paper curves from run directories or wandb) and log_utils' wandb metrics.
+
+Tiny run directories written here as the drivers write them (`flags.json`: `flags`, `agent`,
+`task_id`, optional `method` and `datasets`; `eval.csv`: `step, success, ...`): QC and QC-FQL on
+cube-double tasks 1 and 2, 3 seeds each, with known success values, one missing evaluation and one
+extra evaluation step. Bootstraps use few resamples to stay fast.
+"""
+
+import csv
+import glob
+import importlib.util
+import json
+import math
+import os
+import time
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from log_utils import Logger, define_wandb_metrics, setup_wandb
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_spec = importlib.util.spec_from_file_location("plot_curves", os.path.join(ROOT, "scripts", "plot_curves.py"))
+pc = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(pc)
+
+REPS = 400
+OFFLINE, ONLINE = 8000, 2000
+QC_AGENT = {"agent_name": "acfql", "actor_type": "best-of-n", "action_chunking": True, "actor_num_samples": 32}
+QC_FQL_AGENT = {"agent_name": "acfql", "actor_type": "distill-ddpg", "action_chunking": True, "alpha": 300.0}
+NAN = math.nan
+# success per method, task and seed at steps 4000, 8000 (end of offline) and 10000 (end); NaN: not evaluated.
+VALUES = {
+    "QC": {
+        1: [[0.1, 0.3, 0.5], [0.2, 0.4, 0.6], [0.3, 0.5, 1.0]],
+        2: [[0.4, 0.6, 0.8]] * 3,  # every seed agrees
+    },
+    "QC-FQL": {
+        1: [[0.0, 0.2, 0.4], [0.2, 0.4, 0.6], [0.1, NAN, 0.2]],  # seed 2 has no evaluation at 8000
+        2: [[0.6, 0.6, 0.9], [0.3, 0.6, 0.6], [0.0, 0.6, 0.3]],
+    },
+}
+EXTRA = {("QC-FQL", 2, 0): (6000, 0.7)}  # the only evaluation at step 6000
+# Hand-computed means over seeds at 4000, 6000, 8000, 10000, per task and per domain (mean over tasks).
+TASK_MEANS = {
+    ("QC", 1): [0.2, NAN, 0.4, 0.7],
+    ("QC", 2): [0.4, NAN, 0.6, 0.8],
+    ("QC-FQL", 1): [0.1, NAN, 0.3, 0.4],
+    ("QC-FQL", 2): [0.3, 0.7, 0.6, 0.6],
+}
+DOMAIN_MEANS = {"QC": [0.3, NAN, 0.5, 0.75], "QC-FQL": [0.2, NAN, 0.45, 0.5]}
+
+
+def _record(agent, env_name, seed, task_id, offline_steps=OFFLINE, online_steps=ONLINE, h=5, datasets=None):
+    flags = {
+        "driver": "main" if agent["agent_name"] == "acfql" else "main_online",
+        "env_name": env_name,
+        "seed": seed,
+        "offline_steps": offline_steps,
+        "online_steps": online_steps,
+        "horizon_length": h,
+        "eval_episodes": 10,
+        "run_group": "sweep",
+        "method": None,
+    }
+    record = {
+        "flags": flags,
+        "agent": {**agent, "horizon_length": h, "discount": 0.99, "batch_size": 256},
+        "task_id": task_id,
+        "ogbench_version": "1.2.2",
+        "success_timing": "post",
+    }
+    if datasets is not None:
+        record["datasets"] = datasets
+    return record
+
+
+def write_run(directory, record, rows):
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "flags.json"), "w") as f:
+        json.dump(record, f, indent=2)
+    with open(os.path.join(directory, "eval.csv"), "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["step", "success", "episode.return", "episode.length"])
+        for step, value in rows:
+            writer.writerow([step, value, -100.0, 200.0])
+
+
+def _rows(method, task, seed):
+    rows = [(s, v) for s, v in zip((4000, 8000, 10000), VALUES[method][task][seed], strict=True) if not math.isnan(v)]
+    if (method, task, seed) in EXTRA:
+        rows = sorted(rows + [EXTRA[(method, task, seed)]])
+    return rows
+
+
+def _records():
+    for method, agent in (("QC", QC_AGENT), ("QC-FQL", QC_FQL_AGENT)):
+        for task in (1, 2):
+            for seed in range(3):
+                env_name = f"cube-double-play-singletask-task{task}-v0"
+                yield method, task, seed, _record(agent, env_name, seed, task), _rows(method, task, seed)
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    """`exp/sweep/<timestamp>_<env>_sd<seed>/` for every method, task and seed, like a sweep's group dir."""
+    group = tmp_path / "exp" / "sweep"
+    for method, task, seed, record, rows in _records():
+        write_run(group / f"20261130_1200{seed}{task}_{method}_cube-double-task{task}_sd{seed:03d}", record, rows)
+    (group / "notes").mkdir()  # a directory without runs is searched and skipped
+    return group
+
+
+# ------------------------------------------------------------------------------------------------ labels
+
+
+def _agent_record(env_name="cube-double-play-singletask-task2-v0", h=5, datasets=None, **agent):
+    return _record(agent, env_name, 0, 2, h=h, datasets=datasets)
+
+
+@pytest.mark.parametrize(
+    "agent,h,label",
+    [
+        (QC_AGENT, 5, "QC"),
+        (QC_FQL_AGENT, 5, "QC-FQL"),
+        ({**QC_AGENT, "action_chunking": False, "actor_num_samples": 4}, 5, "BFN-n"),
+        ({**QC_AGENT, "actor_num_samples": 4}, 1, "BFN"),
+        ({**QC_FQL_AGENT, "action_chunking": False, "alpha": 100.0}, 5, "FQL-n"),
+        ({**QC_FQL_AGENT, "alpha": 300.0}, 1, "FQL"),
+        ({"agent_name": "acrlpd", "action_chunking": True, "bc_alpha": 0.0}, 1, "RLPD"),
+        ({"agent_name": "acrlpd", "action_chunking": True, "bc_alpha": 0.0}, 5, "RLPD-AC"),
+        ({"agent_name": "acrlpd", "action_chunking": True, "bc_alpha": 0.01}, 5, "QC-RLPD"),
+        # Suffixes: h differs from the paper's 5, N or alpha or bc_alpha from the paper's domain value.
+        (QC_AGENT, 3, "QC h=3"),
+        ({**QC_AGENT, "actor_num_samples": 16}, 5, "QC N=16"),
+        ({**QC_AGENT, "actor_num_samples": 16}, 10, "QC h=10 N=16"),
+        ({**QC_AGENT, "action_chunking": False, "actor_num_samples": 32}, 5, "BFN-n N=32"),
+        ({**QC_AGENT, "actor_num_samples": 8}, 1, "BFN N=8"),
+        ({**QC_FQL_AGENT, "alpha": 100.0}, 3, "QC-FQL h=3 alpha=100"),
+        ({"agent_name": "acrlpd", "action_chunking": True, "bc_alpha": 0.1}, 4, "QC-RLPD h=4 bc_alpha=0.1"),
+        ({"agent_name": "acrlpd", "action_chunking": False, "bc_alpha": 0.0}, 5, "RLPD-n"),
+    ],
+)
+def test_method_labels(agent, h, label):
+    assert pc.label_of(_agent_record(h=h, **agent))[1] == label
+
+
+def test_label_domain_values_and_data_source():
+    # N of QC is 64 on puzzle-3x3 (32 elsewhere): the same run config gets another label there.
+    puzzle = "puzzle-3x3-play-singletask-task4-v0"
+    assert pc.label_of(_agent_record(env_name=puzzle, **{**QC_AGENT, "actor_num_samples": 64}))[1] == "QC"
+    assert pc.label_of(_agent_record(env_name=puzzle, **QC_AGENT))[1] == "QC N=32"
+    # The paper gives no N for BFN on robomimic: the label always shows it.
+    assert pc.label_of(_agent_record(env_name="lift-mh-low_dim", h=1, **{**QC_AGENT, "actor_num_samples": 4}))[1] == (
+        "BFN N=4"
+    )
+    generated = [{"source": "generated", "role": "train"}, {"source": "official", "role": "val"}]
+    assert pc.label_of(_agent_record(datasets=generated, **QC_AGENT)) == ("QC", "QC (generated data)")
+    official = [{"source": "official", "role": "train"}, {"source": "unknown", "role": "val"}]
+    assert pc.data_source(_agent_record(datasets=official, **QC_AGENT)) == "official"
+    assert pc.data_source(_agent_record(**QC_AGENT)) == "unknown"  # no `datasets` record
+    assert pc.label_of(_agent_record(**QC_AGENT))[1] == "QC"
+    assert pc.domain_and_task("cube-double-play-singletask-task2-v0", 2) == ("cube-double", "cube-double-play-task2")
+    assert pc.domain_and_task("cube-double-noisy-singletask-v0", 2) == ("cube-double-noisy", "cube-double-noisy-task2")
+    assert pc.domain_and_task("square-mh-low_dim", None) == ("square", "square")
+
+
+# ------------------------------------------------------------------------------------------------ statistics
+
+
+def _runs(sweep):
+    return [pc.read_run_dir(d) for d in pc.find_run_dirs([str(sweep)])]
+
+
+def _seed_values(method, task, i):
+    x = (4000, 6000, 8000, 10000)[i]
+    values = [v for s in range(3) for step, v in _rows(method, task, s) if step == x]
+    return values
+
+
+def test_curves_per_task_and_domain(sweep):
+    runs = _runs(sweep)
+    assert len(runs) == 12 and {r.label for r in runs} == {"QC", "QC-FQL"}
+    per_task = pc.compute_curves(runs, True, "mean", REPS, 0, online_offset=0)
+    assert [(c.panel, c.label) for c in per_task] == [
+        ("cube-double-play-task1", "QC"),
+        ("cube-double-play-task1", "QC-FQL"),
+        ("cube-double-play-task2", "QC"),
+        ("cube-double-play-task2", "QC-FQL"),
+    ]
+    for c in per_task:
+        task = int(c.panel[-1])
+        # Every curve of the panel lies on the union of the panel's steps (6000 only from task 2's QC-FQL).
+        assert list(c.x) == ([4000, 6000, 8000, 10000] if task == 2 else [4000, 8000, 10000])
+        expected = TASK_MEANS[(c.label, task)]
+        if task == 1:
+            expected = [expected[0], expected[2], expected[3]]
+        np.testing.assert_allclose(c.mean, expected, atol=1e-12)  # NaN where no run of the group has a value
+        for i, x in enumerate(c.x):
+            values = [v for s in range(3) for step, v in _rows(c.label, task, s) if step == x]
+            if not values:
+                assert math.isnan(c.low[i]) and math.isnan(c.high[i]) and c.count[i] == 0
+                continue
+            assert c.count[i] == len(values)
+            assert min(values) - 1e-12 <= c.low[i] <= c.mean[i] <= c.high[i] <= max(values) + 1e-12
+            if len(set(values)) == 1:  # all seeds agree: the interval is the point
+                assert c.low[i] == pytest.approx(c.mean[i]) and c.high[i] == pytest.approx(c.mean[i])
+            elif len(values) > 1:
+                assert c.low[i] < c.high[i]
+    # QC-FQL task 1 at 8000: seed 2 has no evaluation there, so the mean of the other two.
+    fql_task1 = per_task[1]
+    assert fql_task1.count[1] == 2 and fql_task1.mean[1] == pytest.approx((0.2 + 0.4) / 2)
+
+
+def test_domain_aggregate_is_mean_over_tasks(sweep):
+    runs = _runs(sweep)
+    domain = pc.compute_curves(runs, False, "mean", REPS, 0, online_offset=0)
+    per_task = pc.compute_curves(runs, True, "mean", REPS, 0, online_offset=0)
+    assert [(c.panel, c.label, c.tasks) for c in domain] == [
+        ("cube-double", "QC", ("cube-double-play-task1", "cube-double-play-task2")),
+        ("cube-double", "QC-FQL", ("cube-double-play-task1", "cube-double-play-task2")),
+    ]
+    for c in domain:
+        assert list(c.x) == [4000, 6000, 8000, 10000]
+        np.testing.assert_allclose(c.mean, DOMAIN_MEANS[c.label], atol=1e-12)
+        # The mean over tasks of the per-task means over seeds (where every task has a value).
+        task_curves = [t for t in per_task if t.label == c.label]
+        for i, x in enumerate(c.x):
+            task_means = [t.mean[list(t.x).index(x)] for t in task_curves if x in t.x]
+            if len(task_means) < 2 or any(math.isnan(m) for m in task_means):
+                assert math.isnan(c.mean[i])  # 6000: task 1 has no value, so no domain value
+            else:
+                assert c.mean[i] == pytest.approx(np.mean(task_means))
+                assert c.low[i] <= c.mean[i] <= c.high[i]
+    # Same seed, same intervals.
+    again = pc.compute_curves(runs, False, "mean", REPS, 0, online_offset=0)
+    np.testing.assert_array_equal(again[0].low, domain[0].low)
+
+
+def test_bootstrap_ragged_tasks_and_iqm():
+    # Task A: 3 seeds, task B: 2 seeds (rliable's independent stratified bootstrap).
+    a, b = np.array([[0.0], [0.5], [1.0]]), np.array([[0.2], [0.4]])
+    point, low, high, count = pc.bootstrap_curve([a, b], "mean", REPS, 0)
+    assert point[0] == pytest.approx((0.5 + 0.3) / 2) and count[0] == 5
+    assert (0.0 + 0.2) / 2 <= low[0] < point[0] < high[0] <= (1.0 + 0.4) / 2
+    # IQM over seeds: the 25% trimmed mean (4 values: drop the lowest and the highest).
+    point, low, high, _ = pc.bootstrap_curve([np.array([[0.0], [0.2], [0.4], [1.0]])], "iqm", REPS, 0)
+    assert point[0] == pytest.approx(0.3) and 0.0 <= low[0] <= point[0] <= high[0] <= 1.0
+    # In the figure a value between two gaps gets its own marker and CI bar (no line reaches it).
+    assert pc._isolated(np.array([0.1, NAN, 0.2, 0.3, NAN, 0.4])) == [0, 5]
+
+
+def test_online_only_runs_start_at_the_offline_steps(sweep):
+    record = _record(
+        {"agent_name": "acrlpd", "action_chunking": True, "bc_alpha": 0.0},
+        "cube-double-play-singletask-task1-v0",
+        0,
+        1,
+        offline_steps=0,
+        h=1,
+    )
+    write_run(sweep / "rlpd_sd000", record, [(1000, 0.1), (2000, 0.3)])
+    runs = _runs(sweep)
+    rlpd = [r for r in runs if r.label == "RLPD"]
+    assert len(rlpd) == 1 and rlpd[0].driver == "main_online"
+    offset = pc._online_offset(runs, "auto")
+    assert offset == OFFLINE and list(rlpd[0].x(offset)) == [9000, 10000]
+    assert pc._online_offset(rlpd, "auto") == 1_000_000  # alone: where the paper puts online-only methods
+
+
+# ------------------------------------------------------------------------------------------------ command line
+
+
+def _paper_value(task, method, x):
+    with open(os.path.join(ROOT, "data", "paper", "ogbench-individual.csv")) as f:
+        for row in csv.DictReader(f):
+            if row["task"] == task and row["method"] == method and float(row["steps_millions"]) == x:
+                return float(row["mean"])
+    raise AssertionError((task, method, x))
+
+
+def test_command_writes_figure_and_table(sweep, tmp_path, capsys):
+    out = tmp_path / "plots"
+    assert pc.main([str(sweep), f"--out_dir={out}", f"--reps={REPS}"]) == 0
+    printed = capsys.readouterr().out
+    assert f"wrote {out}/curves.png" in printed and "QC on cube-double: 2 task(s), 6 run(s)" in printed
+    table = (out / "table.md").read_text()
+    rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines() if "| cube-double |" in line}
+    # End of offline (8000) and of training (10000), per domain: mean over tasks of the means over seeds.
+    assert "| QC | cube-double | 1, 2 | 6 | unknown | 8,000 | 0.500 [" in rows["QC"]
+    assert "| 10,000 | 0.750 [" in rows["QC"]
+    assert "| 8,000 | 0.450 [" in rows["QC-FQL"] and "(5 of 6 runs)" in rows["QC-FQL"]
+    assert "| 10,000 | 0.500 [" in rows["QC-FQL"]
+    # Beside it, the paper's QC at the end of its phases: the mean of its task 1 and task 2 curves.
+    for x in (1.0, 2.0):
+        paper = np.mean([_paper_value(f"cube-double-play-task{t}", "QC", x) for t in (1, 2)])
+        assert f"{paper:.3f} @{x:g}M (QC, mean of tasks 1, 2)" in rows["QC"]
+    # Per task: the seed means; task 2 of QC has identical seeds, so the interval is the point.
+    assert "| QC | cube-double-play-task2 | 3 | unknown | 8,000 | 0.600 [0.600, 0.600] |" in table
+    assert f"{_paper_value('cube-double-play-task2', 'QC', 1.0):.3f} [" in table
+    # The figure: a PNG of the size the layout asks for, with the curves drawn; a PDF.
+    png, pdf = out / "curves.png", out / "curves.pdf"
+    with Image.open(png) as image:
+        image.verify()
+    with Image.open(png) as image:
+        # One panel; the legend: QC and QC-FQL, each above the paper's curve (one column).
+        width, height = pc.figure_size(1, 4, False)
+        assert image.size == (round(width * pc.DPI), round(height * pc.DPI))
+        pixels = np.asarray(image.convert("RGB")).reshape(-1, 3).astype(int)
+    qc_red = np.array([0xD6, 0x27, 0x28])
+    assert (np.abs(pixels - qc_red).sum(axis=1) < 30).sum() > 200
+    assert png.stat().st_size > 20_000 and pdf.read_bytes().startswith(b"%PDF") and pdf.stat().st_size > 5_000
+    # curves.csv: the plotted points, a gap (empty) where the domain aggregate is missing.
+    with open(out / "curves.csv") as f:
+        points = [r for r in csv.DictReader(f) if r["label"] == "QC-FQL"]
+    assert [(r["step"], r["value"]) for r in points] == [
+        ("4000", "0.2"),
+        ("6000", ""),
+        ("8000", "0.45"),
+        ("10000", "0.5"),
+    ]
+
+
+def test_command_per_task_glob_and_no_paper(sweep, tmp_path):
+    out = tmp_path / "plots"
+    pattern = str(sweep / "*task2*")
+    assert pc.main([pattern, f"--out_dir={out}", "--per_task", "--no_paper", "--reps=50", "--aggregate=iqm"]) == 0
+    table = (out / "table.md").read_text()
+    assert "task1" not in table and "IQM" in table and "| — |" in table  # no paper column values
+    with Image.open(out / "curves.png") as image:
+        width, height = pc.figure_size(1, 2, True)
+        assert image.size == (round(width * pc.DPI), round(height * pc.DPI))
+
+
+class FakeWandbRun:
+    def __init__(self, run_id, config, rows):
+        self.id, self.config, self._rows = run_id, config, rows
+
+    def scan_history(self, keys):
+        assert keys == ["_step", "eval/success"]
+        return [{"_step": step, "eval/success": value} for step, value in self._rows]
+
+
+class FakeWandbApi:
+    def __init__(self, runs=None, error=None):
+        self._runs, self._error, self.calls = runs, error, []
+
+    def runs(self, path, filters=None):
+        self.calls.append((path, filters))
+        if self._error:
+            raise self._error
+        return self._runs
+
+
+def test_wandb_runs_give_the_same_table(sweep, tmp_path):
+    fake = FakeWandbApi([FakeWandbRun(f"r{i}", record, rows) for i, (*_, record, rows) in enumerate(_records())])
+    out_wandb, out_dirs = tmp_path / "wandb", tmp_path / "dirs"
+    argv = ["--wandb_project=me/qc", "--wandb_group=sweep", f"--out_dir={out_wandb}", "--reps=200"]
+    assert pc.main(argv, wandb_api=fake) == 0
+    assert fake.calls == [("me/qc", {"group": "sweep"})]
+    assert pc.main([str(sweep), f"--out_dir={out_dirs}", "--reps=200"]) == 0
+
+    def numbers(path):
+        return [line.split(" | ")[1:] for line in path.read_text().splitlines() if line.startswith("| QC")]
+
+    assert numbers(out_wandb / "table.md") == numbers(out_dirs / "table.md")
+    assert (out_wandb / "curves.png").stat().st_size > 10_000
+
+
+def test_wandb_unreachable_is_one_error_line(tmp_path, capsys):
+    fake = FakeWandbApi(error=ConnectionError("Max retries exceeded with url: /graphql"))
+    assert pc.main(["--wandb_project=me/qc", f"--out_dir={tmp_path}"], wandb_api=fake) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: cannot read wandb project me/qc: ConnectionError: Max retries exceeded with url: /graphql"]
+
+
+@pytest.mark.parametrize("case", ["empty_dir", "missing_path", "bad_header", "bad_value", "no_args", "bad_flags"])
+def test_bad_input_is_one_error_line(case, sweep, tmp_path, capsys):
+    out = f"--out_dir={tmp_path / 'out'}"
+    run_dir = sorted(glob.glob(str(sweep / "*")))[0]
+    if case == "empty_dir":
+        (tmp_path / "empty").mkdir()
+        argv, message = [str(tmp_path / "empty"), out], "no run directories"
+    elif case == "missing_path":
+        argv, message = [str(tmp_path / "nope"), out], "no such file or directory"
+    elif case == "bad_header":
+        with open(os.path.join(run_dir, "eval.csv"), "w") as f:
+            f.write("a;b\n1;2\n")
+        argv, message = [str(sweep), out], "unreadable eval.csv"
+    elif case == "bad_value":
+        with open(os.path.join(run_dir, "eval.csv"), "a") as f:
+            f.write("12000,high,0,0\n")
+        argv, message = [str(sweep), out], "unreadable eval.csv"
+    elif case == "no_args":
+        argv, message = [out], "no runs given"
+    else:
+        with open(os.path.join(run_dir, "flags.json"), "w") as f:
+            json.dump({"flags": {"env_name": "cube-double-play-singletask-task1-v0"}}, f)
+        argv, message = [str(sweep), out], "has no 'agent'"
+    assert pc.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert not os.path.exists(tmp_path / "out" / "curves.png")
+
+
+def test_argument_errors_and_help(capsys):
+    with pytest.raises(SystemExit) as e:
+        pc.main(["x", "--aggregate=median"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: argument --aggregate")
+    parser = pc.make_parser()
+    assert all(action.help for action in parser._actions)
+
+
+def test_a_run_without_evaluations_is_skipped(sweep, tmp_path, capsys):
+    os.makedirs(sweep / "running")
+    with open(sweep / "running" / "flags.json", "w") as f:
+        json.dump(_record(QC_AGENT, "cube-double-play-singletask-task1-v0", 7, 1), f)
+    assert len(pc.find_run_dirs([str(sweep)])) == 13
+    assert pc.main([str(sweep), f"--out_dir={tmp_path}", "--reps=20", "--no_paper"]) == 0
+    assert "warning: skipping" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ wandb metrics
+
+
+class FakeRun:
+    def __init__(self):
+        self.defined, self.logged = [], []
+
+    def define_metric(self, name, step_metric=None):
+        self.defined.append((name, step_metric))
+
+    def log(self, row, step=None):
+        self.logged.append((row, step))
+
+
+def test_logger_logs_env_step_and_defines_it_as_the_x_axis(tmp_path):
+    run = FakeRun()
+    define_wandb_metrics(run)
+    assert run.defined == [
+        ("env_step", None),
+        ("eval/*", "env_step"),
+        ("offline_agent/*", "env_step"),
+        ("online_agent/*", "env_step"),
+        ("env/*", "env_step"),
+    ]
+    logger = Logger(str(tmp_path), run)
+    logger.log({"success": 0.5, "episode.length": np.float32(200)}, "eval", 4000)
+    assert run.logged == [({"eval/success": 0.5, "eval/episode.length": 200.0, "env_step": 4000}, 4000)]
+    # The CSV is as before: no env_step column.
+    assert (tmp_path / "eval.csv").read_text().splitlines() == ["step,success,episode.length", "4000,0.5,200.0"]
+
+
+def test_offline_wandb_run_records_the_metric_definitions(tmp_path, monkeypatch):
+    import wandb
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run = setup_wandb("qc", "sweep", "run", {"flags": {"horizon_length": 5}}, "offline", str(tmp_path))
+    logger = Logger(str(tmp_path), run)
+    logger.log({"success": 0.25}, "eval", 4000)
+    logger.close()
+    wandb.teardown()  # stops wandb's service process, which writes the run file out
+    (path,) = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "run-*.wandb"))
+    names = (b"env_step", b"eval/*", b"offline_agent/*", b"online_agent/*", b"env/*", b"eval/success")
+    for _ in range(100):  # the file may still be being flushed
+        data = open(path, "rb").read()
+        if all(name in data for name in names):
+            break
+        time.sleep(0.1)
+    assert [name for name in names if name not in data] == []
