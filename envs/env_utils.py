@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from envs import ogbench_utils, robomimic_utils
+from envs import ogbench_utils, provenance, robomimic_utils
 from envs.wrappers import OGBENCH_INFO_FILTERS, EpisodeMonitor
 from utils import seeding
 
@@ -96,7 +96,10 @@ class EnvAndDatasets:
         reward_fn: the online reward transform (sparse or identity; robomimic adds its -1 shift).
         next_shard: None unless the data is sharded; else a `ShardCycler`, `() -> dict` loading the
             next shard (cycling) with the same processing as the first.
-        metadata: `run_metadata(env_name, success_timing)`.
+        metadata: `run_metadata(env_name, success_timing, dataset_success_timing)` plus `datasets`: one
+            provenance record per file used (the training file or every shard, then the val file if loaded;
+            `envs.provenance`: path, size, sha256, source 'official'/'generated'/'unknown', and for generated
+            files the generator's settings).
     """
 
     env: object
@@ -202,6 +205,7 @@ def make_env_and_datasets(
     success_timing: str = "post",
     dataset_success_timing: str = "pre",
     load_val: bool = False,
+    hash_datasets: bool = True,
 ) -> EnvAndDatasets:
     """Make the training and evaluation envs and load the offline datasets for `env_name`.
 
@@ -226,6 +230,8 @@ def make_env_and_datasets(
             'post' env).
         load_val: also load the OGBench validation file `<stem>-val.npz` of the (first) training file
             when it exists. Off by default: nothing in training reads it, and no run needs the file.
+        hash_datasets: compute each file's sha256 for `metadata['datasets']` (streamed; about 1 s per GB here,
+            so a 100-shard set costs a minute or two at start). False records `sha256: None`.
 
     Returns:
         `EnvAndDatasets` (`val_dataset` None unless `load_val` found a val file).
@@ -245,9 +251,11 @@ def make_env_and_datasets(
     reward_fn = sparse_reward_transform if sparse else dense_reward
 
     if robomimic_utils.is_robomimic_env(env_name):
+        path = robomimic_utils.resolve_dataset_path(env_name, dataset_path, dataset_dir)
         env, eval_env, train, val = robomimic_utils.make_env_and_datasets(
-            env_name, dataset_path=dataset_path, dataset_dir=dataset_dir, seed=seed, action_clip_eps=action_clip_eps
+            env_name, dataset_path=path, seed=seed, action_clip_eps=action_clip_eps
         )
+        datasets = [robomimic_utils.dataset_provenance(path, env_name, hash_datasets)]
         online_fn = robomimic_utils.online_reward_fn
         reward_fn = (lambda r: sparse_reward_transform(online_fn(r))) if sparse else online_fn
         next_shard, info_filters = None, ()
@@ -269,6 +277,8 @@ def make_env_and_datasets(
         val = None if val_path is None else load(val_path)
         env, eval_env = (ogbench_utils.make_ogbench_env(env_name, success_timing) for _ in range(2))
         info_filters = OGBENCH_INFO_FILTERS
+        used = [(p, "train") for p in train_paths] + ([] if val is None else [(val_path, "val")])
+        datasets = [provenance.npz_provenance(p, role, hash_datasets) for p, role in used]
     else:
         raise ValueError(f"Unknown environment {env_name!r}. Supported: " + "; ".join(supported_env_patterns()))
 
@@ -285,5 +295,5 @@ def make_env_and_datasets(
         val_dataset=val,
         reward_fn=reward_fn,
         next_shard=next_shard,
-        metadata=run_metadata(env_name, success_timing, dataset_success_timing),
+        metadata={**run_metadata(env_name, success_timing, dataset_success_timing), "datasets": datasets},
     )

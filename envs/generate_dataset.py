@@ -24,6 +24,12 @@ published procedure ('play' datasets; see docs/datasets.md, and OGBench's
 - `<save_path>` gets `num_episodes` episodes, `<save_path stem>-val.npz` a further 10% (at least 1;
   training does not need it).
 
+Provenance: each file also holds the key `generator_metadata`, a JSON string (0-d unicode array, readable
+with `allow_pickle=False`) with the settings that made it: `generator_version` (`GENERATOR_VERSION`), `seed`,
+`num_episodes` (of this file), `num_train_episodes`, `num_val_episodes`, `split`, `dataset_name`,
+`dataset_type`, `domain`, `max_episode_steps`, the noise settings, and the `ogbench`, `mujoco` and `numpy`
+versions. Loaders ignore it; `envs.provenance` reads it into a run's `flags.json`.
+
 Determinism: one `--seed` fixes everything. It is split (SeedSequence) into the env's seed (first
 reset), our `np.random.Generator` (p_stack, noise level, random actions, action noise), and a seed
 for numpy's *global* legacy RNG, which ogbench's oracles draw from internally; that global state is
@@ -45,6 +51,7 @@ Published sizes (1000 episodes + 100 val) take ~1 h per dataset; cube-quadruple 
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import os
 import time
 import zipfile
@@ -61,6 +68,10 @@ from envs.ogbench_utils import (
     resolve_dataset_name,
     val_path_for,
 )
+from envs.provenance import GENERATOR_METADATA_KEY, encode_generator_metadata
+
+# Bump when a seed would no longer give the same draws (a change in the procedure or its defaults).
+GENERATOR_VERSION = 1
 
 
 def _p_stack(domain: str, rng: np.random.Generator) -> float:
@@ -179,6 +190,22 @@ def _stack(episodes: list[dict]) -> dict[str, np.ndarray]:
     }
 
 
+def generator_metadata(name: OGBenchName, split: str, num_episodes: int, **settings) -> dict:
+    """The settings stored in a file under `GENERATOR_METADATA_KEY` (no path, no time: same seed, same bytes)."""
+    versions = {f"{p}_version": importlib.metadata.version(p) for p in ("ogbench", "mujoco", "numpy")}
+    return {
+        "generator": "envs.generate_dataset",
+        "generator_version": GENERATOR_VERSION,
+        "dataset_name": name.dataset_name,
+        "domain": name.domain,
+        "dataset_type": name.dataset_type,
+        "split": split,
+        "num_episodes": int(num_episodes),
+        **settings,
+        **versions,
+    }
+
+
 def write_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
     """Write an `np.load`-compatible compressed npz atomically, with fixed timestamps (reproducible bytes)."""
     tmp = f"{path}.tmp"
@@ -187,7 +214,9 @@ def write_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
             info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
             info.compress_type = zipfile.ZIP_DEFLATED
             with zf.open(info, "w", force_zip64=True) as f:
-                np.lib.format.write_array(f, np.ascontiguousarray(arrays[key]), allow_pickle=False)
+                array = np.asarray(arrays[key])  # (np.ascontiguousarray would turn a 0-d array into 1-d)
+                array = array if array.flags.c_contiguous else np.ascontiguousarray(array)
+                np.lib.format.write_array(f, array, allow_pickle=False)
     os.replace(tmp, path)
 
 
@@ -280,6 +309,18 @@ def generate_dataset(
 
     os.makedirs(os.path.dirname(os.path.abspath(train_path)), exist_ok=True)
     train, val = _stack(episodes[:num_episodes]), _stack(episodes[num_episodes:])
+    settings = dict(
+        seed=int(seed),
+        num_train_episodes=int(num_episodes),
+        num_val_episodes=int(num_val_episodes),
+        max_episode_steps=int(max_episode_steps),
+        noise=float(noise),
+        noise_smoothing=float(noise_smoothing),
+        min_norm=float(min_norm),
+        p_random_action=float(p_random_action),
+    )
+    for arrays, split, count in ((train, "train", num_episodes), (val, "val", num_val_episodes)):
+        arrays[GENERATOR_METADATA_KEY] = encode_generator_metadata(generator_metadata(name, split, count, **settings))
     write_npz(val_path, val)
     write_npz(train_path, train)
     return {

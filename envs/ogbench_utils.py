@@ -1,4 +1,8 @@
-"""OGBench single-task environments and their offline datasets, loaded from local files only.
+"""OGBench single-task environments and their offline datasets, loaded from local files.
+
+The files get there by `python -m envs.download_datasets` (the official files, for reproducing the paper;
+`download_command`) or, without network, by `python -m envs.generate_dataset` (the same procedure with
+new random draws; `generator_command`). A missing file's error gives both commands.
 
 Names (see `parse_ogbench_name`):
 
@@ -93,6 +97,8 @@ PUBLISHED_NUM_EPISODES = {
     "scene": 1000,
     "puzzle-3x3": 1000,
 }
+# Episodes per shard of OGBench's large sets (100 shards x 1000 episodes of 1000 transitions = 100M).
+SHARD_EPISODES = 1000
 
 _DOMAIN_RE = "|".join(re.escape(d) for d in DOMAINS)
 _TYPE_RE = "|".join(DATASET_TYPES)
@@ -203,21 +209,43 @@ def resolve_dataset_name(env_name: str, dataset_type: str | None = None) -> OGBe
     return OGBenchName(name.domain, name.dataset_type or dataset_type or "play")
 
 
-def generator_command(env_name: str, save_path: str | None = None, num_episodes: int | None = None) -> str:
+def generator_command(
+    env_name: str, save_path: str | None = None, num_episodes: int | None = None, seed: int | str = 0
+) -> str:
     """The shell command that generates the dataset of `env_name` (for error messages and the README).
 
     Args:
         env_name: training env name, dataset name, or `<domain>-v0`.
-        save_path: where the file should go; default `~/.ogbench/data/<dataset>.npz` (expanded).
+        save_path: where the file should go; default `~/.ogbench/data/<dataset>.npz` (expanded). Quoted for
+            the shell unless it contains `$(` (a shell loop's shard name, built by the caller).
         num_episodes: default: the published count for the domain.
+        seed: the `--seed` value (a shell variable such as '$i' in a loop).
     """
     name = resolve_dataset_name(env_name)
     num_episodes = num_episodes or PUBLISHED_NUM_EPISODES[name.domain]
     save_path = save_path or default_dataset_path(name.dataset_name)
     return (
         f"python -m envs.generate_dataset --env_name={name.dataset_name} "
-        f"--num_episodes={num_episodes} --seed=0 --save_path={shlex.quote(save_path)}"
+        f"--num_episodes={num_episodes} --seed={seed} "
+        f"--save_path={save_path if '$(' in save_path else shlex.quote(save_path)}"
     )
+
+
+def download_command(env_names: str | list[str], dataset_dir: str | None = None) -> str:
+    """The shell command that downloads official datasets with `envs.download_datasets`.
+
+    Args:
+        env_names: one name or several (training env names, dataset names, `<dataset>-100m-v0` shard sets,
+            robomimic env names).
+        dataset_dir: OGBench data directory; omitted from the command when it is the default `~/.ogbench/data`.
+    """
+    names = [env_names] if isinstance(env_names, str) else list(env_names)
+    command = f"python -m envs.download_datasets --env_names={','.join(names)}"
+    if dataset_dir is not None:
+        dataset_dir = os.path.abspath(os.path.expanduser(dataset_dir))
+        if dataset_dir != os.path.abspath(os.path.expanduser(DEFAULT_DATASET_DIR)):
+            command += f" --dataset_dir={shlex.quote(dataset_dir)}"
+    return command
 
 
 def default_dataset_path(dataset_name: str, dataset_dir: str | None = None) -> str:
@@ -307,19 +335,48 @@ def _relabel_env(env_id: str) -> gymnasium.Env:
     return gymnasium.make(env_id)
 
 
+def _ways_to_get(path: str, dataset_name: str) -> str:
+    """Both ways to get the file at `path`: the official download first, then the local generator."""
+    directory = os.path.dirname(os.path.abspath(path))
+    shard_set = os.path.basename(directory)
+    shard = re.fullmatch(rf"{re.escape(dataset_name[: -len('-v0')])}-\d+[mb]-v0", shard_set)
+    index = re.search(r"-(\d+)\.npz$", path)
+    generate = generator_command(dataset_name, save_path=path)
+    if shard:
+        # A shard of a large set, e.g. .../cube-quadruple-play-100m-v0/cube-quadruple-play-v0-003.npz.
+        download = download_command(shard_set, os.path.dirname(directory)) + "  (fetches the shards not present)"
+        generate = generator_command(dataset_name, path, SHARD_EPISODES, int(index[1]) if index else 0)
+    else:
+        download = download_command(dataset_name, directory)
+        saved_as = os.path.join(directory, f"{dataset_name}.npz")
+        if os.path.abspath(path) != saved_as:
+            download += f"  (it writes {saved_as}; pass --dataset_path={shlex.quote(saved_as)})"
+    lines = [
+        "To reproduce the paper, download the official file (needs network access to rail.eecs.berkeley.edu):",
+        f"  {download}",
+    ]
+    if dataset_name == "cube-quadruple-play-v0" and not shard:
+        shards = os.path.join(os.path.expanduser(DEFAULT_DATASET_DIR), "cube-quadruple-play-100m-v0")
+        lines += [
+            "(the paper's cube-quadruple runs use the 100M-transition shards instead:",
+            f"  {download_command('cube-quadruple-play-100m-v0')}, then --ogbench_dataset_dir={shards})",
+        ]
+    lines += [
+        "Without network, generate it locally with OGBench's oracles (same procedure, different random draws):",
+        f"  {generate}",
+    ]
+    return "\n".join(lines)
+
+
 def _missing_file_error(path: str, dataset_name: str) -> FileNotFoundError:
-    return FileNotFoundError(
-        f"OGBench dataset file not found: {path}\n"
-        f"There is no network here, so it cannot be downloaded; generate it locally with:\n"
-        f"  {generator_command(dataset_name, save_path=path)}"
-    )
+    return FileNotFoundError(f"OGBench dataset file not found: {path}\n{_ways_to_get(path, dataset_name)}")
 
 
 def _read_trajectories(path: str, dataset_name: str, needs_buttons: bool) -> dict[str, np.ndarray]:
     """Read and check the stored trajectory arrays of one npz file (see the module docstring)."""
     if not os.path.isfile(path):
         raise _missing_file_error(path, dataset_name)
-    regenerate = f"Delete it and regenerate with:\n  {generator_command(dataset_name, save_path=path)}"
+    regenerate = f"Delete it and get it again.\n{_ways_to_get(path, dataset_name)}"
     keys = TRAJECTORY_KEYS + (("button_states",) if needs_buttons else ())
     read_errors = (zipfile.BadZipFile, EOFError, OSError, ValueError, zlib.error, KeyError)
     try:

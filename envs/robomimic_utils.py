@@ -3,8 +3,12 @@
 Names: `<task>-<type>-low_dim` with <task> in `EPISODE_CAPS` (lift, can, square, transport, tool_hang) and
 <type> in `DATASET_TYPES` (mh: multi-human, ph: proficient-human); the paper uses lift/can/square-mh.
 
-Files: `<dataset_dir or ~/.robomimic>/<task>/<type>/low_dim_v15.hdf5` (robomimic's v1.5 release), or one
-explicit `dataset_path`. Nothing here downloads. Layout read (h5py only, no simulator needed):
+Files: `<dataset_dir or ~/.robomimic>/<task>/<type>/low_dim_v15.hdf5` (robomimic's v1.5 release, published in
+the Hugging Face dataset `robomimic/robomimic_datasets` as `v1.5/<task>/<type>/low_dim_v15.hdf5`; fetched by
+`python -m envs.download_datasets --env_names=lift-mh-low_dim,...`), or one explicit `dataset_path`. Before
+training, `check_dataset_file` refuses a wrong or damaged file: not readable as hdf5 (e.g. truncated), another
+task's env, a robosuite version other than 1.5, or a demo count other than the release's (`OFFICIAL_NUM_DEMOS`:
+300 for MH, 200 for PH). Layout read (h5py only, no simulator needed):
 
     data.attrs['env_args']      JSON {'env_name': 'Lift', 'env_version': '1.5.1', 'env_kwargs': {...}}
     data/demo_<i>/actions       (T, A)  in [-1, 1]
@@ -39,9 +43,12 @@ import json
 import logging
 import os
 import re
+import shlex
 
 import gymnasium
 import numpy as np
+
+from envs import provenance
 
 logger = logging.getLogger(__name__)
 
@@ -56,12 +63,26 @@ DATASET_FILE = "low_dim_v15.hdf5"
 REQUIREMENTS_FILE = "requirements-robomimic.txt"
 SUPPORTED_PATTERN = f"{{{','.join(EPISODE_CAPS)}}}-{{{','.join(DATASET_TYPES)}}}-low_dim"
 
+# robosuite env of each task, as stored in `env_args['env_name']` of robomimic's files.
+ROBOSUITE_ENV_NAMES = {
+    "lift": "Lift",
+    "can": "PickPlaceCan",
+    "square": "NutAssemblySquare",
+    "transport": "TwoArmTransport",
+    "tool_hang": "ToolHang",
+}
+# Demos in robomimic's v1.5 low-dim files: MH 6 operators x 50 (no tool_hang MH exists), PH 200.
+OFFICIAL_NUM_DEMOS = {
+    **{(task, "mh"): 300 for task in ("lift", "can", "square", "transport")},
+    **{(task, "ph"): 200 for task in EPISODE_CAPS},
+}
+# robosuite version (major.minor) the v1.5 files were recorded with (`env_args['env_version']`, e.g. '1.5.1').
+DATASET_ROBOSUITE_VERSION = "1.5"
+# Where robomimic publishes its v1.5 datasets (a Hugging Face dataset repository; `robomimic.DATASET_REGISTRY`).
+DOWNLOAD_BASE_URL = "https://huggingface.co/datasets/robomimic/robomimic_datasets/resolve/main"
+
 _NAME_RE = re.compile(rf"^(?P<task>{'|'.join(EPISODE_CAPS)})-(?P<type>{'|'.join(DATASET_TYPES)})-low_dim$")
 _DEMO_RE = re.compile(r"^demo_(\d+)$")
-# Where robomimic publishes its v1.5 datasets (a Hugging Face dataset repository).
-_DOWNLOAD_URL = "https://huggingface.co/datasets/robomimic/robomimic_datasets/resolve/main/v1.5/{task}/{type}/" + (
-    DATASET_FILE
-)
 
 
 def is_robomimic_env(env_name: str) -> bool:
@@ -107,17 +128,36 @@ def default_dataset_path(env_name: str, dataset_dir: str | None = None) -> str:
     return os.path.join(root, task, dataset_type, DATASET_FILE)
 
 
-def _missing_file_error(path: str, env_name: str) -> FileNotFoundError:
+def download_url(env_name: str, base_url: str = DOWNLOAD_BASE_URL) -> str:
+    """`<base_url>/v1.5/<task>/<type>/low_dim_v15.hdf5`, the official file of `env_name`."""
+    task, dataset_type = parse_robomimic_name(env_name)
+    return f"{base_url.rstrip('/')}/v1.5/{task}/{dataset_type}/{DATASET_FILE}"
+
+
+def _how_to_get(env_name: str, path: str) -> str:
     task, dataset_type = parse_robomimic_name(env_name)
     default = os.path.join(DEFAULT_DATASET_DIR, task, dataset_type, DATASET_FILE)
+    command, target = f"python -m envs.download_datasets --env_names={env_name}", default
+    suffix = os.path.join("", task, dataset_type, DATASET_FILE)
+    path = os.path.abspath(os.path.expanduser(path))
+    if path.endswith(os.sep + suffix) and path != default_dataset_path(env_name):
+        root = path[: -len(suffix) - 1]
+        command, target = f"{command} --robomimic_dir={shlex.quote(root)}", path
+    return (
+        f"Download it with\n  {command}\n"
+        f"(it writes {target}), or on a machine with network access from\n  {download_url(env_name)}\n"
+        f"(robomimic's dataset v1.5/{task}/{dataset_type}/{DATASET_FILE}) and put it at {default}, or pass "
+        f"--dataset_path=/path/to/{DATASET_FILE} (or a directory laid out as <dir>/{task}/{dataset_type}/"
+        f"{DATASET_FILE}). These are human demonstrations: there is no local generator."
+    )
+
+
+def _missing_file_error(path: str, env_name: str) -> FileNotFoundError:
+    task, dataset_type = parse_robomimic_name(env_name)
     return FileNotFoundError(
         f"robomimic dataset file not found: {path}\n"
         f"{env_name} needs robomimic's v1.5 {dataset_type.upper()} low-dim dataset of the {task!r} task. "
-        f"Nothing is downloaded here; fetch it on a machine with network access from\n"
-        f"  {_DOWNLOAD_URL.format(task=task, type=dataset_type)}\n"
-        f"(robomimic's dataset v1.5/{task}/{dataset_type}/{DATASET_FILE}) and put it at {default}, or pass "
-        f"--dataset_path=/path/to/{DATASET_FILE} (or a directory laid out as <dir>/{task}/{dataset_type}/"
-        f"{DATASET_FILE})."
+        f"{_how_to_get(env_name, path)}"
     )
 
 
@@ -151,17 +191,124 @@ def _read_env_meta(data, path: str) -> dict:
     return meta
 
 
-def _open_data(path: str):
+def _get_again(env_name: str | None) -> str:
+    if env_name is None:
+        return (
+            f"Delete it and download it again: python -m envs.download_datasets --env_names=<task>-<mh|ph>-low_dim, "
+            f"or {DOWNLOAD_BASE_URL}/v1.5/<task>/<mh|ph>/{DATASET_FILE}."
+        )
+    return (
+        f"Delete it and download it again: python -m envs.download_datasets --env_names={env_name}, "
+        f"or {download_url(env_name)}."
+    )
+
+
+def _open_data(path: str, env_name: str | None = None):
     import h5py  # noqa: PLC0415  (h5py is a base requirement; imported here to keep module import light)
 
     try:
         f = h5py.File(path, "r")
     except OSError as e:
-        raise ValueError(f"robomimic file {path} cannot be read as hdf5 ({e}); download it again.") from e
+        raise ValueError(
+            f"robomimic file {path} cannot be read as hdf5: it is truncated (e.g. an interrupted download) or not "
+            f"an hdf5 file ({e}). {_get_again(env_name)}"
+        ) from e
     if "data" not in f:
         f.close()
         raise ValueError(f'robomimic file {path} has no "data" group; it is not a robomimic dataset.')
     return f
+
+
+def check_dataset_file(path: str, env_name: str) -> dict:
+    """Check that `path` is robomimic's v1.5 low-dim file of `env_name`, complete, before anything trains on it.
+
+    Reads metadata only (no arrays): the hdf5 superblock (a truncated file fails to open), `env_args`, the demo
+    groups and their `actions` shapes, and the `total` attribute when present.
+
+    Returns:
+        `{'robosuite_env': e.g. 'Lift', 'env_version': e.g. '1.5.1', 'num_demos': int, 'num_samples': int}`.
+
+    Raises:
+        FileNotFoundError: no file at `path`.
+        ValueError: unreadable or truncated file; `env_args` of another task; recorded with a robosuite version
+            other than 1.5 (or without one); a demo count other than `OFFICIAL_NUM_DEMOS` of the task and type;
+            a `total` (or a demo's `num_samples`) that disagrees with the stored demos. The message names the
+            file, the finding and how to get the right file.
+    """
+    task, dataset_type = parse_robomimic_name(env_name)
+    if not os.path.isfile(path):
+        raise _missing_file_error(path, env_name)
+    fix = (
+        f"Use robomimic's v1.5 file {download_url(env_name)} (python -m envs.download_datasets --env_names={env_name})."
+    )
+    with _open_data(path, env_name) as f:
+        data = f["data"]
+        meta = _read_env_meta(data, path)
+        expected_env = ROBOSUITE_ENV_NAMES[task]
+        if meta["env_name"] != expected_env:
+            raise ValueError(
+                f"robomimic file {path} holds {meta['env_name']!r} demos, but {env_name} needs {expected_env!r}: "
+                f"a file of another task. {fix}"
+            )
+        version = meta.get("env_version")
+        if version is None or str(version).split(".")[:2] != DATASET_ROBOSUITE_VERSION.split("."):
+            raise ValueError(
+                f"robomimic file {path} was recorded with robosuite {version} (env_args['env_version']), not "
+                f"{DATASET_ROBOSUITE_VERSION}.x: not the v1.5 release ({DATASET_FILE}). {fix}"
+            )
+        demos = _sorted_demos(data, path)
+        expected = OFFICIAL_NUM_DEMOS.get((task, dataset_type))
+        if expected is not None and len(demos) != expected:
+            raise ValueError(
+                f"robomimic file {path} holds {len(demos)} demos; robomimic's v1.5 {dataset_type.upper()} file of "
+                f"{task!r} has {expected}. It is another dataset type or a filtered/partial copy. {fix}"
+            )
+        try:
+            lengths = {demo: data[demo]["actions"].shape[0] for demo in demos if "actions" in data[demo]}
+            stored = {demo: data[demo].attrs.get("num_samples") for demo in demos}
+            total = data.attrs.get("total")
+        except (OSError, KeyError) as e:
+            raise ValueError(f"robomimic file {path} is damaged: reading its demo metadata failed ({e}). {fix}") from e
+        wrong = [d for d, n in stored.items() if n is not None and d in lengths and int(n) != lengths[d]]
+        if wrong:
+            raise ValueError(
+                f"robomimic file {path}: {wrong[0]} stores num_samples={stored[wrong[0]]} but has "
+                f"{lengths[wrong[0]]} actions ({len(wrong)} such demo(s)); the file is damaged. {fix}"
+            )
+        num_samples = int(sum(lengths.values()))
+        if total is not None and int(total) != num_samples:
+            raise ValueError(
+                f"robomimic file {path}: data.attrs['total'] = {int(total)} but its demos hold {num_samples} "
+                f"samples; the file is damaged or was edited. {fix}"
+            )
+    return {
+        "robosuite_env": meta["env_name"],
+        "env_version": str(version),
+        "num_demos": len(demos),
+        "num_samples": num_samples,
+    }
+
+
+def dataset_provenance(path: str, env_name: str, compute_hash: bool = True) -> dict:
+    """The provenance record of a robomimic file (`envs.provenance`): source 'official' (robomimic's release).
+
+    Adds `check_dataset_file`'s findings; `verified` is True when `download_manifest.json` next to the file
+    (written by `envs.download_datasets`) records the same sha256, else None (no record) or False (differs).
+    """
+    record = provenance.file_record(path, "train", compute_hash)
+    record["source"] = "official"
+    entry = provenance.read_manifest(os.path.dirname(record["path"])).get(os.path.basename(record["path"]))
+    verified = None if entry is None or record["sha256"] is None else entry.get("sha256") == record["sha256"]
+    record["verified"] = verified
+    record["evidence"] = {
+        True: f"sha256 matches {provenance.MANIFEST_NAME} (downloaded from {entry and entry.get('url')})",
+        False: f"sha256 differs from the one {provenance.MANIFEST_NAME} recorded at download",
+        None: "robomimic's v1.5 layout, task, robosuite version and demo count (check_dataset_file)",
+    }[verified]
+    if entry is not None:
+        record["url"] = entry.get("url")
+    record.update(check_dataset_file(record["path"], env_name))
+    return record
 
 
 def load_env_meta(path: str) -> dict:
@@ -175,6 +322,18 @@ def load_env_meta(path: str) -> dict:
         raise FileNotFoundError(f"robomimic dataset file not found: {path}")
     with _open_data(path) as f:
         return _read_env_meta(f["data"], path)
+
+
+def _read_demo(group) -> dict[str, np.ndarray]:
+    obs = np.concatenate([np.asarray(group[f"obs/{k}"], dtype=np.float32) for k in OBS_KEYS], axis=-1)
+    next_obs = np.concatenate([np.asarray(group[f"next_obs/{k}"], dtype=np.float32) for k in OBS_KEYS], axis=-1)
+    return {
+        "observations": obs,  # (T, ob_dim)
+        "next_observations": next_obs,
+        "actions": np.asarray(group["actions"], dtype=np.float32),
+        "rewards": np.asarray(group["rewards"], dtype=np.float32).reshape(-1),
+        "dones": np.asarray(group["dones"], dtype=np.float32).reshape(-1),
+    }
 
 
 def load_robomimic_dataset(path: str, action_clip_eps: float | None = 1e-5) -> dict[str, np.ndarray]:
@@ -205,17 +364,13 @@ def load_robomimic_dataset(path: str, action_clip_eps: float | None = 1e-5) -> d
             missing = [k for k in needed if k not in group]
             if missing:
                 raise ValueError(f"robomimic file {path}: {demo} lacks {missing}.")
-            obs = np.concatenate([np.asarray(group[f"obs/{k}"], dtype=np.float32) for k in OBS_KEYS], axis=-1)
-            next_obs = np.concatenate(
-                [np.asarray(group[f"next_obs/{k}"], dtype=np.float32) for k in OBS_KEYS], axis=-1
-            )  # (T, ob_dim)
-            arrays = {
-                "observations": obs,
-                "next_observations": next_obs,
-                "actions": np.asarray(group["actions"], dtype=np.float32),
-                "rewards": np.asarray(group["rewards"], dtype=np.float32).reshape(-1),
-                "dones": np.asarray(group["dones"], dtype=np.float32).reshape(-1),
-            }
+            try:
+                arrays = _read_demo(group)
+            except OSError as e:  # h5py's error for data past the end of a truncated file, or a bad chunk
+                raise ValueError(
+                    f"robomimic file {path}: reading {demo} failed ({e}); the file is truncated or damaged. "
+                    f"{_get_again(None)}"
+                ) from e
             lengths = {k: len(v) for k, v in arrays.items()}
             if len(set(lengths.values())) != 1 or lengths["actions"] == 0:
                 raise ValueError(f"robomimic file {path}: {demo} has mismatched or zero lengths {lengths}.")
@@ -405,10 +560,12 @@ def make_env_and_datasets(
         transformed; robomimic files have no validation split.
 
     Raises:
-        ValueError: unsupported name or bad file. FileNotFoundError: missing file (says where to get it).
+        ValueError: unsupported name, a file `check_dataset_file` refuses, or a bad file.
+        FileNotFoundError: missing file (says where to get it).
         ImportError: the simulator extra is not installed (says how to install it).
     """
     path = resolve_dataset_path(env_name, dataset_path, dataset_dir)
+    check_dataset_file(path, env_name)
     env_meta = load_env_meta(path)
     train = load_robomimic_dataset(path, action_clip_eps)
     env_seed, eval_seed = (int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(2))

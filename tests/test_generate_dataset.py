@@ -8,6 +8,8 @@ own `pre_step`/`post_step` refresh, as `initialize_episode` does) and compare wi
 there. tests/test_envs.py checks the same end to end on a real two-step trajectory.
 """
 
+import importlib.metadata
+import json
 import os
 import shutil
 import urllib.request
@@ -67,7 +69,14 @@ def _stored(path):
 
 def test_generated_file_keys_dtypes_shapes_and_terminals(cube_file):
     d = _stored(cube_file)
-    assert sorted(d) == ["actions", "observations", "qpos", "qvel", "terminals"]
+    assert sorted(d) == ["actions", "generator_metadata", "observations", "qpos", "qvel", "terminals"]
+    meta = json.loads(str(d["generator_metadata"][()]))  # a 0-d unicode array: no pickle needed
+    assert d["generator_metadata"].shape == () and d["generator_metadata"].dtype.kind == "U"
+    assert meta["seed"] == 0 and meta["num_episodes"] == 2 and meta["split"] == "train"
+    assert meta["dataset_type"] == "play" and meta["max_episode_steps"] == STEPS
+    assert meta["ogbench_version"] == importlib.metadata.version("ogbench")
+    val_meta = json.loads(str(_stored(ogbench_utils.val_path_for(cube_file))["generator_metadata"][()]))
+    assert val_meta == {**meta, "split": "val", "num_episodes": 1}
     n = 2 * STEPS
     assert d["observations"].shape == (n, 28) and d["observations"].dtype == np.float32
     assert d["actions"].shape == (n, 5) and d["actions"].dtype == np.float32
@@ -256,6 +265,10 @@ def test_default_dir_dataset_dir_and_shards(cube_file, tmp_path, monkeypatch):
         make_env_and_datasets(CUBE_ENV)
     expected = str(tmp_path / "home" / ".ogbench" / "data" / "cube-single-play-v0.npz")
     assert expected in str(e.value) and f"--save_path={expected}" in str(e.value)
+    assert "  python -m envs.download_datasets --env_names=cube-single-play-v0\n" in str(e.value)  # default dir
+    with pytest.raises(FileNotFoundError) as e:
+        make_env_and_datasets("cube-quadruple-play-singletask-task1-v0")
+    assert "python -m envs.download_datasets --env_names=cube-quadruple-play-100m-v0" in str(e.value)
 
     # A dataset_dir in the official layout: the val file is loaded only when asked for and present.
     flat = tmp_path / "flat"
@@ -323,14 +336,20 @@ def test_a_run_needs_only_the_training_file(cube_file, tmp_path, monkeypatch):
 # ---- errors -------------------------------------------------------------------------------------
 
 
-def test_missing_file_names_file_and_generator_command(tmp_path):
+def test_missing_file_names_download_then_generator_command(tmp_path):
     missing = str(tmp_path / "nothere.npz")
     with pytest.raises(FileNotFoundError, match="nothere.npz") as e:
         make_env_and_datasets(CUBE_ENV, dataset_path=missing)
-    assert (
+    message = str(e.value)
+    download = f"python -m envs.download_datasets --env_names=cube-single-play-v0 --dataset_dir={tmp_path}"
+    generate = (
         f"python -m envs.generate_dataset --env_name=cube-single-play-v0 --num_episodes=1000 "
-        f"--seed=0 --save_path={missing}" in str(e.value)
+        f"--seed=0 --save_path={missing}"
     )
+    assert download in message and generate in message
+    assert message.index(download) < message.index(generate)  # the official data first: it reproduces the paper
+    assert f"pass --dataset_path={tmp_path}/cube-single-play-v0.npz" in message  # the name it downloads to
+    assert "To reproduce the paper" in message and "Without network" in message
     with pytest.raises(FileNotFoundError, match=r"python -m envs\.generate_dataset --env_name=scene-play-v0"):
         make_env_and_datasets("scene-play-singletask-task2-v0", dataset_dir=str(tmp_path))
 

@@ -63,6 +63,9 @@ LIFT_ENV_ARGS = {
     },
 }
 
+CAN_ENV_ARGS = {**LIFT_ENV_ARGS, "env_name": "PickPlaceCan"}
+NO_VERSION_ENV_ARGS = {k: v for k, v in LIFT_ENV_ARGS.items() if k != "env_version"}
+
 # Demos as stored: {demo id: (rewards, dones)}. demo_2 ends without success and with dones 0 (its last
 # step must still end the trajectory); demo_10 keeps going one step after its first success.
 DEMOS = {0: ([0, 0, 1], [0, 0, 1]), 1: ([0, 1], [0, 1]), 2: ([0, 0], [0, 0]), 10: ([0, 1, 1], [0, 1, 1])}
@@ -105,6 +108,28 @@ def write_robomimic_file(path, demos=DEMOS, env_args=LIFT_ENV_ARGS):
 @pytest.fixture
 def lift_file(tmp_path):
     return write_robomimic_file(tmp_path / "lift" / "mh" / "low_dim_v15.hdf5")
+
+
+@pytest.fixture
+def small_lift_mh(monkeypatch):
+    """Let the 4-demo synthetic file pass the demo-count check of a run (the release has 300)."""
+    monkeypatch.setitem(ru.OFFICIAL_NUM_DEMOS, ("lift", "mh"), len(DEMOS))
+
+
+def write_release_like_file(path, num_demos=300, env_args=LIFT_ENV_ARGS, lengths=(3, 2), total=None):
+    """robomimic's release layout as far as `check_dataset_file` reads it: env_args, `total`, demos with
+    `num_samples` and `actions` (lengths cycle through `lengths`)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    demo_lengths = [lengths[i % len(lengths)] for i in range(num_demos)]
+    with h5py.File(path, "w") as f:
+        data = f.create_group("data")
+        data.attrs["env_args"] = json.dumps(env_args)
+        data.attrs["total"] = sum(demo_lengths) if total is None else total
+        for i, n in enumerate(demo_lengths):
+            group = data.create_group(f"demo_{i}")
+            group.attrs["num_samples"] = n
+            group.create_dataset("actions", data=np.zeros((n, 7)))
+    return str(path)
 
 
 def _expand(rows):
@@ -211,6 +236,8 @@ def test_missing_file_says_where_to_get_it(tmp_path):
     assert "~/.robomimic/square/mh/low_dim_v15.hdf5" in message
     assert "robomimic_datasets/resolve/main/v1.5/square/mh/low_dim_v15.hdf5" in message
     assert "--dataset_path" in message
+    download = f"python -m envs.download_datasets --env_names=square-mh-low_dim --robomimic_dir={tmp_path}\n"
+    assert message.index(download) < message.index("robomimic_datasets/resolve/main")  # the command first
     with pytest.raises(FileNotFoundError, match="robomimic dataset file not found"):
         env_utils.make_env_and_datasets("lift-mh-low_dim", dataset_path=str(tmp_path / "nope.hdf5"))
 
@@ -240,7 +267,69 @@ def test_bad_files_are_named(tmp_path):
         ru.robosuite_kwargs(old)
 
 
-def test_missing_simulator_says_how_to_install(lift_file, monkeypatch):
+# ---- the file check before training (version, task, demo count, truncation) ------------------------
+
+
+def test_release_like_file_passes_the_check(tmp_path):
+    path = write_release_like_file(tmp_path / "lift" / "mh" / "low_dim_v15.hdf5")
+    info = ru.check_dataset_file(path, "lift-mh-low_dim")
+    assert info == {"robosuite_env": "Lift", "env_version": "1.5.1", "num_demos": 300, "num_samples": 750}
+    ph = write_release_like_file(tmp_path / "can" / "ph" / "low_dim_v15.hdf5", num_demos=200, env_args=CAN_ENV_ARGS)
+    assert ru.check_dataset_file(ph, "can-ph-low_dim")["num_demos"] == 200
+    assert ru.OFFICIAL_NUM_DEMOS[("square", "mh")] == 300 and ("tool_hang", "mh") not in ru.OFFICIAL_NUM_DEMOS
+
+
+@pytest.mark.parametrize(
+    "kwargs, env_name, message",
+    [
+        ({"env_args": CAN_ENV_ARGS}, "lift-mh-low_dim", "holds 'PickPlaceCan' demos, but lift-mh-low_dim needs 'Lift'"),
+        ({"env_args": {**LIFT_ENV_ARGS, "env_version": "1.4.1"}}, "lift-mh-low_dim", "robosuite 1.4.1 .* not 1.5.x"),
+        ({"env_args": NO_VERSION_ENV_ARGS}, "lift-mh-low_dim", "robosuite None"),
+        ({"num_demos": 200}, "lift-mh-low_dim", "holds 200 demos; robomimic's v1.5 MH file of 'lift' has 300"),
+        ({"num_demos": 299}, "lift-mh-low_dim", "holds 299 demos"),
+        ({"total": 749}, "lift-mh-low_dim", r"data.attrs\['total'\] = 749 but its demos hold 750"),
+        ({"num_demos": 300}, "lift-ph-low_dim", "holds 300 demos; robomimic's v1.5 PH file of 'lift' has 200"),
+    ],
+)
+def test_wrong_files_are_refused_before_training(tmp_path, kwargs, env_name, message):
+    path = write_release_like_file(tmp_path / "x.hdf5", **kwargs)
+    with pytest.raises(ValueError, match=message) as e:
+        ru.check_dataset_file(path, env_name)
+    text = str(e.value)
+    assert path in text and f"python -m envs.download_datasets --env_names={env_name}" in text
+    assert ru.download_url(env_name) in text
+
+
+def test_num_samples_that_disagree_with_the_data_are_refused(tmp_path):
+    path = write_release_like_file(tmp_path / "x.hdf5")
+    with h5py.File(path, "a") as f:
+        f["data/demo_7"].attrs["num_samples"] = 9
+    with pytest.raises(ValueError, match="demo_7 stores num_samples=9 but has 2 actions"):
+        ru.check_dataset_file(path, "lift-mh-low_dim")
+
+
+@pytest.mark.parametrize("fraction", [0.5, 0.9, 0.0])
+def test_truncated_file_is_a_value_error_naming_file_and_fix(tmp_path, fraction):
+    full = write_release_like_file(tmp_path / "full.hdf5")
+    with open(full, "rb") as f:
+        payload = f.read()
+    path = str(tmp_path / "lift" / "mh" / "low_dim_v15.hdf5")
+    os.makedirs(os.path.dirname(path))
+    with open(path, "wb") as f:
+        f.write(payload[: int(len(payload) * fraction)])
+    with pytest.raises(ValueError, match="cannot be read as hdf5: it is truncated") as e:
+        ru.check_dataset_file(path, "lift-mh-low_dim")
+    assert path in str(e.value) and "python -m envs.download_datasets --env_names=lift-mh-low_dim" in str(e.value)
+    with pytest.raises(ValueError, match="truncated"):  # and a run stops before loading anything
+        env_utils.make_env_and_datasets("lift-mh-low_dim", dataset_dir=str(tmp_path))
+
+
+def test_a_run_checks_the_file_first(lift_file):
+    with pytest.raises(ValueError, match="holds 4 demos; robomimic's v1.5 MH file of 'lift' has 300"):
+        env_utils.make_env_and_datasets("lift-mh-low_dim", dataset_path=lift_file)
+
+
+def test_missing_simulator_says_how_to_install(lift_file, small_lift_mh, monkeypatch):
     monkeypatch.setitem(sys.modules, "robosuite", None)  # `import robosuite` now raises ImportError
     with pytest.raises(ImportError) as e:
         env_utils.make_env_and_datasets("lift-mh-low_dim", dataset_path=lift_file)
@@ -330,7 +419,7 @@ def test_wrapper_owns_its_random_stream():
     np.testing.assert_array_equal(np.random.get_state()[1], before)  # the caller's global stream is untouched
 
 
-def test_env_utils_path_with_a_stand_in_env(lift_file, tmp_path, monkeypatch):
+def test_env_utils_path_with_a_stand_in_env(lift_file, small_lift_mh, tmp_path, monkeypatch):
     made = []
 
     def fake_make(env_name, env_meta, seed=None):
