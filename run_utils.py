@@ -235,12 +235,10 @@ def define_flags(driver: str, flag_values=FLAGS):
             lock_config=False,
             **fv,
         )
-    except (AttributeError, KeyError) as e:  # --agent.KEY that the config lacks
+    except Exception as e:  # noqa: BLE001 - every failure here is a bad command line
         if os.environ.get("QC_DEBUG"):
             raise
-        _exit_with_error(_unknown_agent_key_message(sys.argv, driver) or f"bad --agent override: {e}")
-    except flags.Error as e:  # a value of the wrong type
-        _exit_with_error(str(e))
+        _exit_with_error(_config_flag_message(e, sys.argv, driver))
 
 
 def _load_get_config(path: str):
@@ -252,14 +250,43 @@ def _load_get_config(path: str):
 
 def _agent_file(argv: List[str], driver: str) -> str:
     for arg in argv[1:]:
-        m = re.match(r"^--?agent=(.+)$", arg)
+        m = re.match(r"^--?agent=(.*)$", arg)
         if m:
             return m.group(1)
     return AGENT_FILES[DRIVERS[driver]]
 
 
+def _expanded_argv(argv: List[str]) -> List[str]:
+    """`argv` with `--flagfile=FILE` contents spliced in (as absl reads them); `argv` when that fails."""
+    try:
+        return flags.FLAGS.read_flags_from_files(list(argv), force_gnu=False)
+    except Exception:  # noqa: BLE001 - an unreadable flagfile is reported by the caller's own error
+        return list(argv)
+
+
+def _config_flag_message(error: Exception, argv: List[str], driver: str) -> str:
+    """One line for a failure while ml_collections builds `--agent` (its file and `--agent.*` overrides)."""
+    argv = _expanded_argv(argv)
+    if isinstance(error, flags.Error):  # a value of the wrong type
+        return str(error)
+    path = _agent_file(argv, driver)
+    try:
+        _load_get_config(path)
+    except Exception as e:  # noqa: BLE001 - the config file itself is broken
+        return f"--agent={path}: cannot load the agent config file ({type(e).__name__}: {e})."
+    unknown = _unknown_agent_key_message(argv, driver)
+    if unknown is not None and isinstance(error, (AttributeError, KeyError)):
+        return unknown
+    overrides = [a for a in argv[1:] if re.match(r"^--?(?:no)?agent\.", a)]
+    return (
+        f"bad --agent override among {overrides} ({type(error).__name__}: {error}); the form is "
+        "--agent.KEY=VALUE with KEY one of the agent's config keys (e.g. --agent.actor_hidden_dims=(256,256))."
+    )
+
+
 def _unknown_agent_key_message(argv: List[str], driver: str) -> Optional[str]:
     """The message for the first `--agent.KEY` that the driver's agent config does not have."""
+    argv = _expanded_argv(argv)
     try:
         own = _load_get_config(_agent_file(argv, driver))
     except Exception:  # noqa: BLE001 - the config file itself is broken: let absl's message stand
@@ -286,14 +313,34 @@ def _unknown_agent_key_message(argv: List[str], driver: str) -> Optional[str]:
 
 def _leftover_message(argv: List[str], leftovers: List[str], flag_values) -> str:
     """Name the stray words; after a boolean flag, show its accepted forms."""
+
+    def boolean_name(token):
+        """The flag name when `token` is a boolean flag written without '=' (`--x`, `--nox`), else None."""
+        if not token.startswith("-") or "=" in token:
+            return None
+        name = token.lstrip("-")
+        for candidate in (name, name[2:] if name.startswith("no") else None):
+            if candidate and candidate in flag_values and flag_values[candidate].boolean:
+                return candidate
+        return None
+
+    def consumes_next(token):
+        """True for a non-boolean flag written without '=': absl takes the next word as its value."""
+        name = token.lstrip("-")
+        return token.startswith("-") and "=" not in token and name in flag_values and not flag_values[name].boolean
+
     hints, taken = [], set()
     for word in leftovers:
-        index = next(i for i in range(1, len(argv)) if argv[i] == word and i not in taken)
+        candidates = [i for i in range(1, len(argv)) if argv[i] == word and i not in taken]
+        after_boolean = [i for i in candidates if i > 1 and boolean_name(argv[i - 1])]
+        free = [i for i in candidates if not (i > 1 and consumes_next(argv[i - 1]))]
+        index = (after_boolean or free or candidates or [None])[0]
+        if index is None:  # the word came from a --flagfile
+            continue
         taken.add(index)
         previous = argv[index - 1] if index > 1 else ""
-        name = previous.lstrip("-")
-        if previous.startswith("-") and "=" not in previous and name in flag_values and flag_values[name].boolean:
-            base = name[2:] if name.startswith("no") and name[2:] in flag_values else name
+        base = boolean_name(previous)
+        if base is not None:
             value = word.lower() if word.lower() in ("true", "false", "1", "0") else "false"
             hints.append(
                 f"{previous} {word}: a boolean takes its value after '=': --{base}={value} (or --{base} / --no{base})"
@@ -317,14 +364,24 @@ def parse_flags(argv: List[str], driver: str, flag_values=FLAGS) -> List[str]:
     """
     try:
         rest = flag_values(argv)
-    except flags.Error as e:
-        _exit_with_error(str(e))
-    except (AttributeError, KeyError) as e:  # ml_collections: --agent.KEY that the config lacks
+    except Exception as e:  # noqa: BLE001 - absl's flags.Error, ml_collections' errors, unreadable flagfiles
         if os.environ.get("QC_DEBUG"):
             raise
-        _exit_with_error(_unknown_agent_key_message(argv, driver) or f"bad --agent override: {e}")
+        _exit_with_error(_config_flag_message(e, argv, driver))
+    try:  # ml_collections defers a config file that failed to load to its first use: use it now
+        flag_values.agent.to_dict()
+    except Exception as e:  # noqa: BLE001
+        if os.environ.get("QC_DEBUG"):
+            raise
+        _exit_with_error(_config_flag_message(e, argv, driver))
     if len(rest) > 1:
-        _exit_with_error(_leftover_message(argv, rest[1:], flag_values))
+        _exit_with_error(_leftover_message(_expanded_argv(argv), rest[1:], flag_values))
+    # ml_collections joins repeated tuple overrides ((16,16) then 512 -> (16,16,512)) and keeps the last
+    # of repeated scalars: both silently differ from what the user meant.
+    keys = [m.group(1) for a in _expanded_argv(argv)[1:] if (m := re.match(r"^--?(?:no)?agent\.([^=]+)", a))]
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    if repeated:
+        _exit_with_error(f"--agent.{repeated[0]} is given {keys.count(repeated[0])} times; give each --agent key once.")
     return rest
 
 
@@ -341,7 +398,7 @@ def run_cli(main_fn):
         except InputError as e:
             if os.environ.get("QC_DEBUG"):
                 raise
-            _exit_with_error(f"{e}\n(set QC_DEBUG=1 for the full traceback)")
+            _exit_with_error(str(e))
 
     return wrapped
 
@@ -406,12 +463,15 @@ class RunConfig:
             names = [f.name for f in dataclasses.fields(cls) if f.name not in skip]
             values = {name: getattr(flag_values, name) for name in names if name in flag_values}
             config = flag_values.agent.copy_and_resolve_references().to_dict()
-            if config.get("horizon_length") not in (None, flag_values.horizon_length):
+            # --agent.horizon_length alone counts as --horizon_length; both must agree.
+            agent_h, flag_h = config.get("horizon_length"), flag_values.horizon_length
+            if agent_h is not None and flag_values["horizon_length"].present and agent_h != flag_h:
                 raise ValueError(
-                    f"--agent.horizon_length={config['horizon_length']} disagrees with --horizon_length="
-                    f"{flag_values.horizon_length}; set only --horizon_length."
+                    f"--agent.horizon_length={agent_h} disagrees with --horizon_length={flag_h}; set only "
+                    "--horizon_length."
                 )
-            config["horizon_length"] = flag_values.horizon_length
+            if agent_h is None:
+                config["horizon_length"] = flag_h
             sources = {}
             if values.get("method") is not None:
                 sources = _apply_method(driver, flag_values, values, config)
@@ -450,14 +510,23 @@ class RunConfig:
         if agent_name not in agents:
             raise ValueError(f"--agent.agent_name={agent_name!r} is not one of {sorted(agents)}.")
         agents[agent_name].check_config(self.agent)
-        # A run that can never take a gradient step is a mistake, not a result.
-        online_updates = self.online_steps >= max(self.start_training, 1)
-        if self.offline_steps == 0 and not online_updates:
+        # A run that can never take a gradient step is a mistake, not a result. Online updates start at
+        # step max(start_training, 1), and main_online.py's also wait until the replay buffer holds one
+        # window (h rows, one per step) unless every row comes from the offline data.
+        first_update = max(self.start_training, 1)
+        waits_for_window = self.driver == "main_online" and self.offline_ratio < 1.0
+        if waits_for_window:
+            first_update = max(first_update, self.horizon_length)
+        if self.offline_steps == 0 and self.online_steps < first_update:
+            offline = f"--offline_steps={self.offline_steps}, " if self.driver == "main" else ""
+            window = f", the first full window of --horizon_length={self.horizon_length}" if waits_for_window else ""
             raise ValueError(
-                f"this run takes no gradient step: --offline_steps={self.offline_steps}, --online_steps="
-                f"{self.online_steps} and --start_training={self.start_training} (online updates start at "
-                "step max(start_training, 1))."
+                f"this run takes no gradient step: {offline}--online_steps={self.online_steps}, but the first "
+                f"online update is at step {first_update} (the largest of --start_training={self.start_training}, "
+                f"1{window})."
             )
+        if os.path.exists(self.save_dir) and not os.path.isdir(self.save_dir):
+            raise ValueError(f"--save_dir={self.save_dir} is a file, not a directory.")
         if self.driver == "main_online" and self.buffer_size < self.horizon_length and self.offline_ratio < 1.0:
             raise ValueError(
                 f"--buffer_size={self.buffer_size} can never hold one window of --horizon_length="
@@ -471,9 +540,17 @@ def _apply_method(driver: str, flag_values, values: Dict, config: Dict) -> Dict:
     Explicitly passed flags (`present`) and `--agent.KEY` overrides win (presets.resolve
     raises for one that changes the method).
     """
+    method_agent = "acfql" if driver == "main" else "acrlpd"
+    if config.get("agent_name") != method_agent:
+        raise ValueError(
+            f"--method={values['method']} runs the {method_agent} agent, but the agent config is "
+            f"{config.get('agent_name')!r} (--agent={flag_values['agent'].config_filename}); drop --agent or --method."
+        )
     explicit = {name: getattr(flag_values, name) for name in ("horizon_length", "sparse") if flag_values[name].present}
     for key, value in flag_values["agent"].override_values.items():
         explicit[f"agent.{key}"] = value
+    if "agent.horizon_length" in explicit:  # counts as --horizon_length (from_flags checked they agree)
+        explicit["horizon_length"] = explicit.pop("agent.horizon_length")
     resolved, sources = presets.resolve(driver, values["method"], values["env_name"], explicit)
     for name, value in resolved.items():
         if name.startswith("agent."):
@@ -566,6 +643,35 @@ def check_dataset_windows(dataset: Dataset, horizon_length: int, what: str = "th
     return True
 
 
+def check_dataset_fits_env(dataset: Dataset, env, env_name: str, what: str = "the offline dataset"):
+    """`ValueError` when the dataset's observation or action rows do not have the env's shapes."""
+    for field, space in (("observations", env.observation_space), ("actions", env.action_space)):
+        got, want = tuple(dataset[field].shape[1:]), tuple(space.shape)
+        if got != want:
+            raise ValueError(
+                f"{what}: its {field} have shape {got} per row, but {env_name} has {want}; the dataset "
+                "belongs to another env."
+            )
+
+
+def check_replay_buffer_memory(cfg: RunConfig, dataset: Dataset):
+    """`ValueError` when the replay buffer `--buffer_size` asks for would not fit in this machine's memory."""
+    if cfg.online_steps == 0:
+        return
+    rows = max(cfg.buffer_size, dataset.size + 1) if cfg.driver == "main" else cfg.buffer_size
+    row_bytes = sum(int(np.asarray(dataset[k][0]).nbytes) for k in dataset)
+    need = rows * row_bytes
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not available on this OS: no check
+        return
+    if need > memory:
+        raise ValueError(
+            f"--buffer_size={cfg.buffer_size}: the replay buffer needs about {need / 2**30:.1f} GiB ({rows} rows of "
+            f"{row_bytes} bytes), more than this machine's {memory / 2**30:.1f} GiB of memory."
+        )
+
+
 def check_rendering(env_name: str, env) -> None:
     """`ValueError` unless `env` can render a frame (needed for `--video_episodes`).
 
@@ -618,22 +724,37 @@ def setup_experiment(cfg: RunConfig) -> Run:
     from envs.env_utils import make_env_and_datasets
 
     with input_errors():
-        env_data = make_env_and_datasets(
-            cfg.env_name,
-            dataset_path=cfg.dataset_path,
-            dataset_dir=cfg.ogbench_dataset_dir,
-            dataset_proportion=cfg.dataset_proportion,
-            sparse=cfg.sparse,
-            seed=cfg.seed,
-            success_timing=cfg.success_timing,
-            dataset_success_timing=cfg.dataset_success_timing,
-        )
-        train_dataset = Dataset.create(
-            **env_data.train_dataset,
-            rng=seeding.numpy_rng(cfg.seed, "dataset"),
-            stop_reward_at_mask_zero=cfg.stop_reward_at_mask_zero,
-        )
-        check_dataset_windows(train_dataset, cfg.horizon_length)
+        try:
+            env_data = make_env_and_datasets(
+                cfg.env_name,
+                dataset_path=cfg.dataset_path,
+                dataset_dir=cfg.ogbench_dataset_dir,
+                dataset_proportion=cfg.dataset_proportion,
+                sparse=cfg.sparse,
+                seed=cfg.seed,
+                success_timing=cfg.success_timing,
+                dataset_success_timing=cfg.dataset_success_timing,
+            )
+        except (AttributeError, RuntimeError) as e:
+            if "MUJOCO_GL" not in os.environ:
+                raise
+            raise ValueError(
+                f"creating the environment failed with MUJOCO_GL={os.environ['MUJOCO_GL']} ({type(e).__name__}: "
+                f"{e}); unset MUJOCO_GL, or install the library it needs (osmesa: libosmesa6, egl: libegl1)."
+            ) from e
+        data_files = [d["path"] for d in env_data.metadata.get("datasets", []) if d.get("role", "train") == "train"]
+        what = f"dataset {data_files[0]}" if data_files else "the offline dataset"
+        try:
+            train_dataset = Dataset.create(
+                **env_data.train_dataset,
+                rng=seeding.numpy_rng(cfg.seed, "dataset"),
+                stop_reward_at_mask_zero=cfg.stop_reward_at_mask_zero,
+            )
+        except ValueError as e:
+            raise ValueError(f"{what}: {e}") from e
+        check_dataset_fits_env(train_dataset, env_data.env, cfg.env_name, what)
+        check_dataset_windows(train_dataset, cfg.horizon_length, what)
+        check_replay_buffer_memory(cfg, train_dataset)
         if cfg.video_episodes > 0:
             check_rendering(cfg.env_name, env_data.eval_env)
         example = train_dataset.sample(1, idxs=np.zeros(1, dtype=int))

@@ -259,7 +259,7 @@ CONFIG_RULES = {
     "backup_entropy": common.BOOL,
     "init_temp": common.POSITIVE,
     "target_entropy_multiplier": common.NON_NEGATIVE,
-    "target_entropy": common.unset_or(common.number_in(-float("inf"))),
+    "target_entropy": common.unset_or(common.FINITE),
     "bc_alpha": common.NON_NEGATIVE,
     "horizon_length": (lambda v: common.is_int(v, 1), "an int >= 1 (the driver sets it from --horizon_length)"),
     "action_chunking": common.BOOL,

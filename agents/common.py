@@ -76,6 +76,9 @@ POSITIVE: Rule = number_in(0, low_open=True)
 NON_NEGATIVE: Rule = number_in(0)
 
 
+FINITE: Rule = (is_number, "a finite number")
+
+
 def one_of(choices) -> Rule:
     return (lambda v: v in choices), f"one of {tuple(choices)}"
 
@@ -111,7 +114,8 @@ def check_config(config: Mapping, rules: Dict[str, Rule], agent_name: str) -> Di
     unknown = sorted(set(config) - set(rules))
     if unknown:
         raise ValueError(
-            f"config key(s) {unknown} are not keys of the {agent_name} agent; its keys are {sorted(rules)}."
+            f"config key(s) {unknown} are not keys of the {agent_name} agent (is --agent.agent_name or the "
+            f"--agent config file the right one?); its keys are {sorted(rules)}."
         )
     for key, (check, what) in rules.items():
         if key not in config:

@@ -485,7 +485,13 @@ def load_ogbench_dataset(
     # the trajectory, since a start row is never a trajectory's last row.
     rows = starts + 1 if success_timing == "post" else starts
     states = {k: arrays[k][rows] for k in info_keys}
-    relabel_dataset(name.env_id, _relabel_env(name.env_id), states)  # adds 'rewards', 'masks' (float32)
+    try:
+        relabel_dataset(name.env_id, _relabel_env(name.env_id), states)  # adds 'rewards', 'masks' (float32)
+    except (ValueError, IndexError) as e:  # e.g. the qpos of another domain's objects
+        raise ValueError(
+            f"Dataset file {path} does not fit {env_name}: relabelling its states for the task failed "
+            f"({type(e).__name__}: {e}). Is it the dataset of another domain (expected {name.dataset_name})?"
+        ) from e
     dataset["rewards"], dataset["masks"] = states["rewards"], states["masks"]
 
     if action_clip_eps is not None:
@@ -548,6 +554,10 @@ def resolve_dataset_paths(env_name: str, dataset_path: str | None = None, datase
                 paths = list_dataset_shards(dataset_dir, dataset_name)
             except FileNotFoundError:
                 raise _missing_file_error(path, dataset_name) from None
+    if os.path.isdir(paths[0]):
+        raise ValueError(
+            f"--dataset_path={paths[0]} is a directory; pass one npz file, or the directory as --ogbench_dataset_dir."
+        )
     if not os.path.isfile(paths[0]):
         raise _missing_file_error(paths[0], dataset_name)
     return paths

@@ -117,7 +117,7 @@ BAD_VALUES = {
         "num_qs": "2.5",
         "flow_steps": "0",
         "normalize_q_loss": "x",
-        "horizon_length": "3",  # disagrees with --horizon_length
+        "horizon_length": "0",
         "action_chunking": "no",
         "actor_type": "sac",
         "actor_num_samples": "0",
@@ -295,3 +295,56 @@ def test_without_method_the_flags_stay_as_given(monkeypatch):
 )
 def test_method_contradictions_are_errors(monkeypatch, capsys, driver, args, message):
     assert message in error_of(monkeypatch, capsys, driver, *args)
+
+
+# ---------------------------------------------------------------- found by trying to break the command line
+
+
+@pytest.mark.parametrize(
+    "driver, args, message",
+    [
+        ("main", ["--agent.=1"], "bad --agent override"),
+        ("main", ["--agent.1=2"], "bad --agent override"),
+        ("main", ["--agent.actor_hidden_dims[0]=32"], "bad --agent override"),
+        ("main", ["--agent=/nonexistent.py"], "--agent=/nonexistent.py: cannot load the agent config file"),
+        ("main_online", ["--agent="], "cannot load the agent config file"),
+        # ml_collections joins repeated tuple overrides; repeated scalars keep the last one.
+        (
+            "main",
+            ["--agent.actor_hidden_dims=(16,16)", "--agent.actor_hidden_dims=512"],
+            "--agent.actor_hidden_dims is given 2 times",
+        ),
+        ("main", ["--agent.lr=0.1", "--agent.lr=0.2"], "--agent.lr is given 2 times"),
+        ("main", ["--nosparse", "False"], "--sparse=false"),
+        ("main", ["--run_group", "False", "--sparse", "False"], "--sparse False: a boolean"),
+        (
+            "main_online",
+            ["--online_steps=4", "--start_training=1", "--horizon_length=5"],
+            "the first online update is at step 5",
+        ),
+        ("main_online", ["--online_steps=0"], "this run takes no gradient step: --online_steps=0"),
+        ("main_online", ["--agent.target_entropy=inf"], "--agent.target_entropy must be None or a finite number"),
+        ("main", ["--agent.agent_name=acrlpd"], "is --agent.agent_name or the --agent config file the right one?"),
+        ("main", ["--method=qc", f"--agent={ROOT}/agents/acrlpd.py"], "--method=qc runs the acfql agent"),
+        ("main", ["--save_dir=" + os.path.abspath(__file__)], "is a file, not a directory"),
+    ],
+)
+def test_more_bad_command_lines(monkeypatch, capsys, driver, args, message):
+    err = error_of(monkeypatch, capsys, driver, *args)
+    assert message in err, err
+    assert "--offline_steps" not in err or driver == "main"
+
+
+def test_stray_words_from_a_flagfile(monkeypatch, capsys, tmp_path):
+    flagfile = tmp_path / "flags.txt"
+    flagfile.write_text("--seed=1\nfoo\n")
+    assert "unexpected word(s) on the command line: 'foo'" in error_of(
+        monkeypatch, capsys, "main", f"--flagfile={flagfile}"
+    )
+
+
+def test_agent_horizon_length_alone_counts_as_horizon_length(monkeypatch):
+    cfg = parse(monkeypatch, "main", "--method=bfn", "--agent.horizon_length=1", "--offline_steps=10")
+    assert cfg.horizon_length == 1 and cfg.agent["actor_type"] == "best-of-n"
+    cfg = parse(monkeypatch, "main", "--method=qc", "--agent.horizon_length=3", "--offline_steps=10")
+    assert cfg.horizon_length == 3 and cfg.setting_sources["horizon_length"] == "command line"

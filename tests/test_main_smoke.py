@@ -131,6 +131,12 @@ def test_main_online_smoke(dataset_path, tmp_path):
         # Found while setting up, before any training step: no window of h rows; no renderer for videos.
         (["DATA", "--horizon_length=100000"], "fewer than --horizon_length=100000"),
         (["DATA", "--video_episodes=1"], "MUJOCO_GL=egl"),
+        # The dataset of another domain: cube-single's file for a cube-double task.
+        (
+            ["DATA", "--env_name=cube-double-play-singletask-task2-v0"],
+            "does not fit cube-double-play-singletask-task2-v0",
+        ),
+        (["--env_name=cube-single-play-singletask-task1-v0", "--dataset_path=/tmp"], "is a directory"),
     ],
 )
 def test_bad_input_is_one_clear_line(args, message, tmp_path, dataset_path):

@@ -147,3 +147,28 @@ def test_sample_windows_reads_h_and_discount_from_the_agent_config():
     batch = run_utils.sample_windows(data, {"horizon_length": 3, "discount": 0.5}, 4)
     assert batch["actions"].shape == (4, 3, 2)
     np.testing.assert_allclose(batch["rewards"][:, -1], -(1 + 0.5 + 0.25))
+
+
+class _Spaces:
+    def __init__(self, ob, act):
+        import gymnasium as gym
+
+        self.observation_space = gym.spaces.Box(-1, 1, ob)
+        self.action_space = gym.spaces.Box(-1, 1, act)
+
+
+def test_dataset_must_fit_the_env():
+    data = _dataset([0] * 9 + [1])  # observations (1,), actions (2,)
+    run_utils.check_dataset_fits_env(data, _Spaces((1,), (2,)), "env")
+    with pytest.raises(ValueError, match=r"dataset x.npz: its actions have shape \(2,\) per row, but env has \(5,\)"):
+        run_utils.check_dataset_fits_env(data, _Spaces((1,), (5,)), "env", "dataset x.npz")
+    with pytest.raises(ValueError, match=r"its observations have shape \(1,\) per row, but env has \(28,\)"):
+        run_utils.check_dataset_fits_env(data, _Spaces((28,), (2,)), "env")
+
+
+def test_replay_buffer_that_cannot_fit_in_memory_is_an_error(monkeypatch, tmp_path):
+    run = _run(monkeypatch, tmp_path, "--buffer_size=1000000000000")
+    with pytest.raises(ValueError, match=r"--buffer_size=1000000000000: the replay buffer needs about .* GiB"):
+        run_utils.check_replay_buffer_memory(run.cfg, run.train_dataset)
+    run = _run(monkeypatch, tmp_path, "--buffer_size=1000")
+    run_utils.check_replay_buffer_memory(run.cfg, run.train_dataset)  # 1000 rows: fine
