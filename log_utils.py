@@ -132,10 +132,26 @@ def setup_wandb(
 
 
 def get_exp_name(env_name: str, seed: int, tag: str = "") -> str:
-    """`<timestamp>_<env_name>_sd<seed>[_tag]`, e.g. `20261129_231500_cube-double-..._sd000`."""
+    """`<timestamp>_<env_name>_sd<seed>[_tag]_<unique>`, e.g. `20261129_231500_cube-double-..._sd000_3f9a1c2e`.
+
+    `<unique>` is 8 hex digits from `os.urandom` (not from any seeded stream), so runs started in the same
+    second, on one host or many hosts over a shared filesystem, get different names; the rest stays
+    readable. `make_run_dir` also refuses to reuse a directory that exists.
+    """
     stamp = datetime.now().strftime("%Y%m%d_%H%M%S")
-    name = f"{stamp}_{env_name}_sd{seed:03d}"
-    return f"{name}_{tag}" if tag else name
+    name = f"{stamp}_{env_name}_sd{seed:03d}" + (f"_{tag}" if tag else "")
+    return f"{name}_{os.urandom(4).hex()}"
+
+
+def make_run_dir(parent: str, name: str) -> str:
+    """Create `<parent>/<name>` and return it; `FileExistsError` when it exists (never shared, never reused).
+
+    The creation is atomic (`os.mkdir`): of two processes that pick the same name, exactly one gets it.
+    """
+    os.makedirs(parent, exist_ok=True)
+    path = os.path.join(parent, name)
+    os.mkdir(path)
+    return path
 
 
 def write_json(path: str, data: Dict):

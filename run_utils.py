@@ -33,7 +33,7 @@ from absl import flags, logging
 import presets
 from agents import agents
 from evaluation import ActionQueue, Policy, evaluate
-from log_utils import Logger, get_exp_name, setup_wandb, write_json
+from log_utils import Logger, get_exp_name, make_run_dir, setup_wandb, write_json
 from utils import seeding
 from utils.datasets import Dataset, ReplayBuffer
 from utils.flax_utils import CheckpointError, save_agent
@@ -111,6 +111,13 @@ def define_flags(driver: str, flag_values=FLAGS):
         **fv,
     )
     flags.DEFINE_string("run_group", "Debug", "wandb group and sub-folder of --save_dir for this run.", **fv)
+    flags.DEFINE_string(
+        "run_name",
+        None,
+        "Name of the run directory (<save_dir>/<run_group>/<run_name>) and of the wandb run; an existing one is "
+        "an error. Default: <timestamp>_<env_name>_sd<seed>_<8 random hex digits>, unique across hosts.",
+        **fv,
+    )
     flags.DEFINE_integer(
         "seed",
         0,
@@ -416,6 +423,7 @@ class RunConfig:
     env_name: str
     seed: int
     run_group: str
+    run_name: Optional[str]
     save_dir: str
     online_steps: int
     buffer_size: int
@@ -525,6 +533,10 @@ class RunConfig:
                 f"online update is at step {first_update} (the largest of --start_training={self.start_training}, "
                 f"1{window})."
             )
+        if self.run_name is not None and (
+            not self.run_name.strip() or "/" in self.run_name or os.sep in self.run_name or self.run_name in (".", "..")
+        ):
+            raise ValueError(f"--run_name={self.run_name!r} must be a plain directory name (no '/').")
         if os.path.exists(self.save_dir) and not os.path.isdir(self.save_dir):
             raise ValueError(f"--save_dir={self.save_dir} is a file, not a directory.")
         if self.driver == "main_online" and self.buffer_size < self.horizon_length and self.offline_ratio < 1.0:
@@ -703,9 +715,26 @@ def setup_run(cfg: RunConfig, agent_config: Dict, metadata: Dict):
     `horizon_length`, `ob_dims`, `action_dim` filled in) and `metadata` entries (ogbench
     version, reward timing, the task id that runs).
     """
-    exp_name = get_exp_name(cfg.env_name, cfg.seed)
-    run_dir = os.path.join(cfg.save_dir, cfg.run_group, exp_name)
-    os.makedirs(run_dir, exist_ok=True)
+    parent = os.path.join(cfg.save_dir, cfg.run_group)
+    if cfg.run_name:
+        exp_name = cfg.run_name
+        try:
+            run_dir = make_run_dir(parent, exp_name)
+        except FileExistsError:
+            raise ValueError(
+                f"--run_name={exp_name}: {os.path.join(parent, exp_name)} exists already (another run's files are "
+                "never overwritten); choose another --run_name or --run_group."
+            ) from None
+    else:
+        for _ in range(10):  # a name collision needs the same second and the same 32 random bits
+            exp_name = get_exp_name(cfg.env_name, cfg.seed)
+            try:
+                run_dir = make_run_dir(parent, exp_name)
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise RuntimeError(f"could not create a new run directory in {parent}")
     record = {"flags": cfg.flag_values, "agent": dict(agent_config), **metadata}
     if cfg.method is not None:
         record["method"] = {"name": cfg.method, "sources": cfg.setting_sources}

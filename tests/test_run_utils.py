@@ -172,3 +172,44 @@ def test_replay_buffer_that_cannot_fit_in_memory_is_an_error(monkeypatch, tmp_pa
         run_utils.check_replay_buffer_memory(run.cfg, run.train_dataset)
     run = _run(monkeypatch, tmp_path, "--buffer_size=1000")
     run_utils.check_replay_buffer_memory(run.cfg, run.train_dataset)  # 1000 rows: fine
+
+
+# ---------------------------------------------------------------- run directories are never shared
+
+
+def test_same_second_runs_get_different_directories(monkeypatch, tmp_path):
+    import log_utils
+
+    class FrozenClock:  # every call is the same second
+        @staticmethod
+        def now():
+            import datetime
+
+            return datetime.datetime(2026, 11, 30, 12, 0, 0)
+
+    monkeypatch.setattr(log_utils, "datetime", FrozenClock)
+    cfg = parse(monkeypatch, "main", f"--save_dir={tmp_path}", "--run_group=sweep")
+    dirs = {run_utils.setup_run(cfg, {"agent_name": "acfql"}, {})[0] for _ in range(20)}
+    assert len(dirs) == 20
+    for d in dirs:
+        name = os.path.basename(d)
+        assert name.startswith("20261130_120000_cube-double-play-singletask-task2-v0_sd000_") and len(name) == 67
+        assert os.path.isfile(os.path.join(d, "flags.json"))
+
+
+def test_run_name_is_used_once(monkeypatch, tmp_path):
+    cfg = parse(monkeypatch, "main", f"--save_dir={tmp_path}", "--run_name=qc_h5_sd0")
+    run_dir, _ = run_utils.setup_run(cfg, {"agent_name": "acfql"}, {})
+    assert run_dir == os.path.join(str(tmp_path), "Debug", "qc_h5_sd0")
+    with open(os.path.join(run_dir, "eval.csv"), "w") as f:
+        f.write("step,success\n4,0.5\n")
+    with pytest.raises(ValueError, match="exists already"):
+        run_utils.setup_run(cfg, {"agent_name": "acfql"}, {})
+    assert open(os.path.join(run_dir, "eval.csv")).read() == "step,success\n4,0.5\n"  # untouched
+
+
+@pytest.mark.parametrize("name", ["a/b", "..", " "])
+def test_run_name_must_be_a_plain_name(monkeypatch, capsys, name):
+    from tests.test_cli import error_of
+
+    assert "--run_name" in error_of(monkeypatch, capsys, "main", f"--run_name={name}")
