@@ -49,6 +49,7 @@ import gymnasium
 import numpy as np
 
 from envs import provenance
+from utils import seeding
 
 logger = logging.getLogger(__name__)
 
@@ -568,7 +569,7 @@ def make_env_and_datasets(
     check_dataset_file(path, env_name)
     env_meta = load_env_meta(path)
     train = load_robomimic_dataset(path, action_clip_eps)
-    env_seed, eval_seed = (int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(2))
+    env_seed, eval_seed = seeding.env_seed(seed, "env"), seeding.env_seed(seed, "eval_env")  # utils/seeding.py
     env = make_robomimic_env(env_name, env_meta, seed=env_seed)
     eval_env = make_robomimic_env(env_name, env_meta, seed=eval_seed)
     if env.action_space.shape[-1] != train["actions"].shape[-1]:
