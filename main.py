@@ -29,8 +29,8 @@ import time
 import tqdm
 from absl import app, flags, logging
 
+import run_state
 import run_utils
-from utils import seeding
 
 FLAGS = flags.FLAGS
 run_utils.define_flags("main")
@@ -38,36 +38,32 @@ run_utils.define_flags("main")
 
 def main(_):
     run = run_utils.setup_experiment(run_utils.RunConfig.from_flags(FLAGS, driver="main"))
+    run.preemption = run_state.PreemptionFlag().install()
     cfg, agent, train_dataset = run.cfg, run.agent, run.train_dataset
 
     # ---- Offline phase -----------------------------------------------------------------------
+    first = run.start_step("offline")
     start = time.time()
-    for i in tqdm.trange(
-        1, cfg.offline_steps + 1, desc="offline", disable=not cfg.progress, smoothing=0.1, dynamic_ncols=True
-    ):
+    for i in tqdm.trange(first + 1, cfg.offline_steps + 1, initial=first, total=cfg.offline_steps, desc="offline",
+                         disable=not cfg.progress, smoothing=0.1, dynamic_ncols=True):  # fmt: skip
         train_dataset = run_utils.maybe_next_shard(run, i, train_dataset)
         batch = run_utils.sample_windows(train_dataset, agent.config, agent.config["batch_size"])
         agent, info = agent.update(batch)
         if i % cfg.log_interval == 0:
-            run_utils.log_update_info(
-                run.logger, info, "offline_agent", i, "steps_per_second", i / (time.time() - start)
-            )
+            rate = (i - first) / (time.time() - start)
+            run_utils.log_update_info(run.logger, info, "offline_agent", i, "steps_per_second", rate)
         run.end_of_step(agent, i, phase="offline")
+        run.write_state_if_due(agent, i, "offline", train_dataset)
 
     # ---- Online phase ------------------------------------------------------------------------
     if cfg.online_steps > 0:
-        replay_buffer = run_utils.make_replay_buffer(run, with_offline_data=True)
-        collector = run_utils.OnlineCollector(
-            run.env_data.env,
-            run.action_dim,
-            run.env_data.reward_fn,
-            seeding.jax_key(cfg.seed, "collector"),
-        )
+        replay_buffer = run.replay_buffer(with_offline_data=True, dataset=train_dataset)
+        collector = run.collector()
         utd = cfg.utd_ratio
+        first = run.start_step("online")
         start = time.time()
-        for i in tqdm.trange(
-            1, cfg.online_steps + 1, desc="online", disable=not cfg.progress, smoothing=0.1, dynamic_ncols=True
-        ):
+        for i in tqdm.trange(first + 1, cfg.online_steps + 1, initial=first, total=cfg.online_steps, desc="online",
+                             disable=not cfg.progress, smoothing=0.1, dynamic_ncols=True):  # fmt: skip
             step = run.global_step(i, "online")
             episode_info = collector.step(agent, replay_buffer)
             if episode_info is not None:
@@ -76,11 +72,11 @@ def main(_):
                 batch = run_utils.sample_windows(replay_buffer, agent.config, agent.config["batch_size"] * utd)
                 agent, info = agent.batch_update(run_utils.stack_for_utd(batch, utd))
                 if i % cfg.log_interval == 0:
-                    run_utils.log_update_info(
-                        run.logger, info, "online_agent", step, "env_steps_per_second", i / (time.time() - start)
-                    )
+                    rate = (i - first) / (time.time() - start)
+                    run_utils.log_update_info(run.logger, info, "online_agent", step, "env_steps_per_second", rate)
             run.end_of_step(agent, i, phase="online")
-    run.logger.close()
+            run.write_state_if_due(agent, i, "online", train_dataset, replay_buffer, collector)
+    run.finish()
     logging.info("Done. Logs and checkpoints in %s", os.path.abspath(run.run_dir))
 
 

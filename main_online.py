@@ -25,8 +25,8 @@ import time
 import tqdm
 from absl import app, flags, logging
 
+import run_state
 import run_utils
-from utils import seeding
 
 FLAGS = flags.FLAGS
 run_utils.define_flags("main_online")
@@ -34,20 +34,16 @@ run_utils.define_flags("main_online")
 
 def main(_):
     run = run_utils.setup_experiment(run_utils.RunConfig.from_flags(FLAGS, driver="main_online"))
+    run.preemption = run_state.PreemptionFlag().install()
     cfg, agent, train_dataset = run.cfg, run.agent, run.train_dataset
 
-    replay_buffer = run_utils.make_replay_buffer(run, with_offline_data=False)
-    collector = run_utils.OnlineCollector(
-        run.env_data.env,
-        run.action_dim,
-        run.env_data.reward_fn,
-        seeding.jax_key(cfg.seed, "collector"),
-    )
+    replay_buffer = run.replay_buffer(with_offline_data=False, dataset=train_dataset)
+    collector = run.collector()
     h = agent.config["horizon_length"]
+    first = run.start_step("online")
     start = time.time()
-    for i in tqdm.trange(
-        1, cfg.online_steps + 1, desc="online", disable=not cfg.progress, smoothing=0.1, dynamic_ncols=True
-    ):
+    for i in tqdm.trange(first + 1, cfg.online_steps + 1, initial=first, total=cfg.online_steps, desc="online",
+                         disable=not cfg.progress, smoothing=0.1, dynamic_ncols=True):  # fmt: skip
         train_dataset = run_utils.maybe_next_shard(run, i, train_dataset)
         episode_info = collector.step(agent, replay_buffer)
         if episode_info is not None:
@@ -58,11 +54,11 @@ def main(_):
             )
             agent, info = agent.batch_update(batch)
             if i % cfg.log_interval == 0:
-                run_utils.log_update_info(
-                    run.logger, info, "online_agent", i, "env_steps_per_second", i / (time.time() - start)
-                )
+                rate = (i - first) / (time.time() - start)
+                run_utils.log_update_info(run.logger, info, "online_agent", i, "env_steps_per_second", rate)
         run.end_of_step(agent, i, phase="online")
-    run.logger.close()
+        run.write_state_if_due(agent, i, "online", train_dataset, replay_buffer, collector)
+    run.finish()
     logging.info("Done. Logs and checkpoints in %s", os.path.abspath(run.run_dir))
 
 

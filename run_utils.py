@@ -20,8 +20,11 @@ import contextlib
 import dataclasses
 import difflib
 import importlib.util
+import json
 import os
 import re
+import shutil
+import signal
 import sys
 import time
 from typing import Dict, List, Optional
@@ -31,6 +34,7 @@ import numpy as np
 from absl import flags, logging
 
 import presets
+import run_state
 from agents import agents
 from evaluation import ActionQueue, Policy, evaluate
 from log_utils import Logger, get_exp_name, make_run_dir, setup_wandb, write_json
@@ -129,6 +133,28 @@ def define_flags(driver: str, flag_values=FLAGS):
         "env_name",
         default_env,
         "Environment (and dataset) name, e.g. cube-double-play-singletask-task2-v0 or lift-mh-low_dim.",
+        **fv,
+    )
+    flags.DEFINE_bool(
+        "resume",
+        False,
+        "With --run_name: continue that run from its latest complete state (<run_dir>/state/), exactly as if it had "
+        "never stopped; start it fresh when it has none. A finished run (DONE.json) is left alone.",
+        **fv,
+    )
+    flags.DEFINE_integer(
+        "state_interval",
+        50000,
+        "Write the full run state (agent, replay buffer, every random stream, loggers) every this many steps of "
+        "each phase and at the end of each phase (0: only at phase ends and on SIGTERM/SIGUSR1).",
+        **fv,
+    )
+    flags.DEFINE_integer("keep_states", 2, "Number of complete run states kept in <run_dir>/state/ (>= 1).", **fv)
+    flags.DEFINE_string(
+        "sweep_info",
+        None,
+        "JSON written by scripts/sweep.py: the sweep's name and this run's swept values (recorded in flags.json "
+        "and the wandb config).",
         **fv,
     )
     flags.DEFINE_string("save_dir", "exp/", "Root directory of run outputs (CSV logs, flags.json, checkpoints).", **fv)
@@ -402,6 +428,9 @@ def run_cli(main_fn):
     def wrapped(argv):
         try:
             return main_fn(argv)
+        except RunFinished as e:
+            print(f"{e} has finished (DONE.json); nothing to resume.", file=sys.stderr)
+            return 0
         except InputError as e:
             if os.environ.get("QC_DEBUG"):
                 raise
@@ -424,6 +453,10 @@ class RunConfig:
     seed: int
     run_group: str
     run_name: Optional[str]
+    resume: bool
+    state_interval: int
+    keep_states: int
+    sweep_info: Optional[str]
     save_dir: str
     online_steps: int
     buffer_size: int
@@ -533,6 +566,19 @@ class RunConfig:
                 f"online update is at step {first_update} (the largest of --start_training={self.start_training}, "
                 f"1{window})."
             )
+        if self.resume and not self.run_name:
+            raise ValueError("--resume needs --run_name (the run to continue).")
+        if self.state_interval < 0:
+            raise ValueError(f"--state_interval={self.state_interval} must be >= 0.")
+        if self.keep_states < 1:
+            raise ValueError(f"--keep_states={self.keep_states} must be >= 1.")
+        if self.sweep_info is not None:
+            try:
+                info = json.loads(self.sweep_info)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"--sweep_info is not JSON: {e}") from None
+            if not isinstance(info, dict):
+                raise ValueError("--sweep_info must be a JSON object.")
         if self.run_name is not None and (
             not self.run_name.strip() or "/" in self.run_name or os.sep in self.run_name or self.run_name in (".", "..")
         ):
@@ -593,6 +639,12 @@ class Run:
         train_dataset: the offline `Dataset` (its generator is the `dataset` stream).
         run_dir: the run directory; logger: CSV/wandb logger.
         action_dim: size of one environment action; example: one transition (leading axis 1).
+        resume_meta: the state being continued (`--resume`), else None.
+
+    Run state (`run_state.py`): `start_step` gives the step each phase starts after, `write_state_if_due`
+    writes the full state on its schedule (every `--state_interval` steps of a phase, at the end of the
+    offline phase, and when SIGTERM/SIGUSR1 arrived: then it exits with status 3) at safe points only,
+    and `finish` marks the run done (`DONE.json`).
     """
 
     cfg: RunConfig
@@ -603,6 +655,118 @@ class Run:
     logger: Logger
     action_dim: int
     example: Dict
+    resume_meta: Optional[Dict] = None
+    preemption: Optional[object] = None
+    _state_pending: bool = False
+
+    # ---- run state -------------------------------------------------------------------------------
+
+    def start_step(self, phase: str) -> int:
+        """The last step of `phase` already done: 0 for a fresh run, else taken from the resumed state."""
+        meta = self.resume_meta
+        if meta is None:
+            return 0
+        if phase == "offline":
+            return meta["step_in_phase"] if meta["phase"] == "offline" else self.cfg.offline_steps
+        return meta["step_in_phase"] if meta["phase"] == "online" else 0
+
+    def restore_offline(self, meta: Dict):
+        """Agent, offline sampler (and the shard in use) as the state left them."""
+        self.agent = meta["agent"]
+        shard_index = meta.get("shard_index")
+        if shard_index and self.env_data.next_shard is not None:
+            self.env_data.next_shard.index = shard_index - 1
+            self.train_dataset = Dataset.create(
+                **self.env_data.next_shard(),
+                rng=self.train_dataset.rng,
+                stop_reward_at_mask_zero=self.train_dataset.stop_reward_at_mask_zero,
+            )
+        run_state.set_generator_state(self.train_dataset.rng, meta["dataset_rng"])
+
+    def replay_buffer(self, with_offline_data: bool, dataset: Dataset) -> ReplayBuffer:
+        """The online replay buffer: restored from the resumed state in the online phase, else new."""
+        meta = self.resume_meta
+        if meta is not None and meta["phase"] == "online":
+            buffer = ReplayBuffer(
+                meta["buffer_arrays"],
+                rng=seeding.numpy_rng(self.cfg.seed, "replay_buffer"),
+                stop_reward_at_mask_zero=self.cfg.stop_reward_at_mask_zero,
+                size=meta["buffer"]["size"],
+                pointer=meta["buffer"]["pointer"],
+            )
+            run_state.set_generator_state(buffer.rng, meta["buffer_rng"])
+            return buffer
+        self.train_dataset = dataset
+        return make_replay_buffer(self, with_offline_data)
+
+    def collector(self) -> "OnlineCollector":
+        """The online collector (`collector` stream), restored from the resumed state in the online phase."""
+        collector = OnlineCollector(
+            self.env_data.env, self.action_dim, self.env_data.reward_fn, seeding.jax_key(self.cfg.seed, "collector")
+        )
+        meta = self.resume_meta
+        if meta is not None and meta["phase"] == "online":
+            collector.restore(meta["collector"])
+        return collector
+
+    def write_state_if_due(self, agent, step_in_phase: int, phase: str, dataset: Dataset, buffer=None, collector=None):
+        """Write the run state when it is due and this is a safe point; exit with status 3 after a signal.
+
+        Due: every `--state_interval` steps of a phase, at the end of the offline phase (not at the end of
+        the run: `finish` marks it done), and when SIGTERM or SIGUSR1 arrived. Safe point: any offline step;
+        online, an episode boundary (`collector.at_safe_point`). A due state waits for the next safe point.
+        """
+        if os.environ.get("QC_TEST_SIGNAL_AT") == f"{phase}:{step_in_phase}":  # tests: a preemption signal here
+            os.kill(os.getpid(), signal.SIGTERM)
+        interval = self.cfg.state_interval
+        if interval > 0 and step_in_phase % interval == 0:
+            self._state_pending = True
+        if phase == "offline" and step_in_phase == self.cfg.offline_steps and self.cfg.online_steps > 0:
+            self._state_pending = True
+        preempted = self.preemption is not None and self.preemption.raised
+        last = phase == "online" and step_in_phase == self.cfg.online_steps
+        if phase == "offline" and step_in_phase == self.cfg.offline_steps and self.cfg.online_steps == 0:
+            last = True
+        safe = phase == "offline" or collector is None or collector.at_safe_point
+        if (self._state_pending or preempted) and safe and not last:
+            meta = {
+                "global_step": self.global_step(step_in_phase, phase),
+                "phase": phase,
+                "step_in_phase": step_in_phase,
+                "dataset_rng": run_state.generator_state(dataset.rng),
+                "shard_index": None if self.env_data.next_shard is None else self.env_data.next_shard.index,
+                "csv_rows": run_state.csv_row_counts(self.run_dir),
+                "wandb_run_id": None if self.logger.wandb_run is None else self.logger.wandb_run.id,
+            }
+            if phase == "online":
+                meta["buffer_rng"] = run_state.generator_state(buffer.rng)
+                meta["collector"] = collector.state()
+            path = run_state.write_state(
+                self.run_dir, meta, agent, buffer if phase == "online" else None, self.cfg.keep_states
+            )
+            self._state_pending = False
+            logging.info("Run state written: %s", path)
+            if preempted:
+                logging.warning(
+                    "Signal %s: state written at %s step %d; exiting with status %d (rerun with --resume to continue).",
+                    self.preemption.signum,
+                    phase,
+                    step_in_phase,
+                    run_state.EXIT_PREEMPTED,
+                )
+                self.logger.close()
+                sys.exit(run_state.EXIT_PREEMPTED)
+        kill_at = os.environ.get("QC_TEST_KILL_AT")  # tests: SIGKILL at "<phase>:<step>", after this step
+        if kill_at == f"{phase}:{step_in_phase}":
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def finish(self):
+        """Mark the run done (`DONE.json`: a sweep skips it) and close the logger."""
+        write_json(
+            os.path.join(self.run_dir, "DONE.json"),
+            {"offline_steps": self.cfg.offline_steps, "online_steps": self.cfg.online_steps},
+        )
+        self.logger.close()
 
     def phase_steps(self, phase: str) -> int:
         return self.cfg.offline_steps if phase == "offline" else self.cfg.online_steps
@@ -708,15 +872,28 @@ def check_rendering(env_name: str, env) -> None:
         )
 
 
-def setup_run(cfg: RunConfig, agent_config: Dict, metadata: Dict):
+# Settings that may differ between a run and its resumption.
+RESUME_MAY_CHANGE = ("resume", "progress", "state_interval", "keep_states", "wandb_mode", "sweep_info")
+
+
+class RunFinished(Exception):
+    """`--resume` of a run that has finished (its `DONE.json` exists): nothing to do."""
+
+
+def setup_run(cfg: RunConfig, agent_config: Dict, metadata: Dict, resume_meta: Optional[Dict] = None):
     """Create `<save_dir>/<run_group>/<exp_name>/`, write `flags.json`, return `(run_dir, logger)`.
 
     `flags.json`: `flags` (every setting), `agent` (the config the agent was built with:
     `horizon_length`, `ob_dims`, `action_dim` filled in) and `metadata` entries (ogbench
-    version, reward timing, the task id that runs).
+    version, reward timing, the task id that runs). With `--resume` the run directory of `--run_name`
+    is used as it is (`resume_meta`: the state being continued, whose CSV rows and wandb id are kept).
     """
     parent = os.path.join(cfg.save_dir, cfg.run_group)
-    if cfg.run_name:
+    if cfg.resume:
+        exp_name = cfg.run_name
+        run_dir = os.path.join(parent, exp_name)
+        os.makedirs(run_dir, exist_ok=True)
+    elif cfg.run_name:
         exp_name = cfg.run_name
         try:
             run_dir = make_run_dir(parent, exp_name)
@@ -736,12 +913,43 @@ def setup_run(cfg: RunConfig, agent_config: Dict, metadata: Dict):
         else:
             raise RuntimeError(f"could not create a new run directory in {parent}")
     record = {"flags": cfg.flag_values, "agent": dict(agent_config), **metadata}
+    if cfg.sweep_info is not None:
+        record["sweep"] = json.loads(cfg.sweep_info)
     if cfg.method is not None:
         record["method"] = {"name": cfg.method, "sources": cfg.setting_sources}
     write_json(os.path.join(run_dir, "flags.json"), record)
-    wandb_run = setup_wandb(cfg.wandb_project, cfg.run_group, exp_name, record, cfg.wandb_mode, run_dir)
+    run_id = (resume_meta or {}).get("wandb_run_id")
+    if run_id and cfg.wandb_mode == "offline":
+        logging.warning("wandb offline mode cannot continue run %s; this part of the run gets a new wandb run.", run_id)
+        run_id = None
+    wandb_run = setup_wandb(cfg.wandb_project, cfg.run_group, exp_name, record, cfg.wandb_mode, run_dir, run_id=run_id)
     logging.info("Run directory: %s", run_dir)
-    return run_dir, Logger(run_dir, wandb_run)
+    return run_dir, Logger(run_dir, wandb_run, resume=resume_meta is not None)
+
+
+def _resume_point(cfg: RunConfig) -> Optional[str]:
+    """The state to continue with `--resume` (None: start fresh); `RunFinished` for a finished run.
+
+    Raises `ValueError` when the existing run was started with other settings.
+    """
+    if not cfg.resume:
+        return None
+    run_dir = os.path.join(cfg.save_dir, cfg.run_group, cfg.run_name)
+    if os.path.isfile(os.path.join(run_dir, "DONE.json")):
+        raise RunFinished(run_dir)
+    flags_path = os.path.join(run_dir, "flags.json")
+    if os.path.isfile(flags_path):
+        with open(flags_path) as f:
+            old = json.load(f).get("flags", {})
+        new = json.loads(json.dumps(cfg.flag_values))
+        changed = sorted(k for k in set(old) | set(new) if k not in RESUME_MAY_CHANGE and old.get(k) != new.get(k))
+        if changed:
+            raise ValueError(
+                f"--resume: {run_dir} was started with other settings ({', '.join(f'--{k}' for k in changed)}: "
+                f"{[old.get(k) for k in changed]} then, {[new.get(k) for k in changed]} now); resume it with the same "
+                "flags, or start another --run_name."
+            )
+    return run_state.latest_state(run_dir)
 
 
 def setup_experiment(cfg: RunConfig) -> Run:
@@ -793,8 +1001,19 @@ def setup_experiment(cfg: RunConfig) -> Run:
             example["actions"],
             cfg.agent,
         )
-        run_dir, logger = setup_run(cfg, agent.config, env_data.metadata)
-    return Run(
+        state_path = _resume_point(cfg)
+        resume_meta = None
+        if state_path is not None:
+            resume_meta = run_state.read_state(state_path, agent)
+            run_state.truncate_csvs(os.path.dirname(os.path.dirname(state_path)), resume_meta["csv_rows"])
+            logging.info(
+                "Resuming from %s (%s step %d)", state_path, resume_meta["phase"], resume_meta["step_in_phase"]
+            )
+        elif cfg.resume:
+            run_dir = os.path.join(cfg.save_dir, cfg.run_group, cfg.run_name)
+            shutil.rmtree(os.path.join(run_dir, "state"), ignore_errors=True)  # incomplete states of a fresh start
+        run_dir, logger = setup_run(cfg, agent.config, env_data.metadata, resume_meta)
+    run = Run(
         cfg=cfg,
         agent=agent,
         env_data=env_data,
@@ -803,7 +1022,11 @@ def setup_experiment(cfg: RunConfig) -> Run:
         logger=logger,
         action_dim=int(example["actions"].shape[-1]),
         example=example,
+        resume_meta=resume_meta,
     )
+    if resume_meta is not None:
+        run.restore_offline(resume_meta)
+    return run
 
 
 # ------------------------------------------------------------------------------------------------ loop
@@ -946,10 +1169,36 @@ class OnlineCollector:
         self.reward_fn = reward_fn
         self.policy = Policy(None, rng)  # evaluation's policy wrapper; the agent is set at each step
         self.queue = ActionQueue(self.policy, action_dim)
-        self.observation, _ = env.reset(seed=reset_seed)
+        self.reset_seed = reset_seed
+        self.observation = None  # the env is reset at the start of the next step (a safe point for run states)
+
+    @property
+    def at_safe_point(self) -> bool:
+        """True between episodes: the next step starts with a reset and the chunk queue is empty."""
+        return self.observation is None
+
+    def state(self) -> Dict:
+        """JSON-able state at a safe point: the policy's key and the env's random generator."""
+        if not self.at_safe_point:
+            raise RuntimeError("the collector's state can only be taken between episodes")
+        return {
+            "policy_key": run_state.key_to_list(self.policy.rng),
+            "env_rng": run_state.generator_state(self.env.unwrapped.np_random),
+            "reset_seed": self.reset_seed,
+        }
+
+    def restore(self, state: Dict):
+        self.policy.rng = run_state.key_from_list(state["policy_key"])
+        run_state.set_generator_state(self.env.unwrapped.np_random, state["env_rng"])
+        self.reset_seed = state["reset_seed"]
+        self.observation = None
+        self.queue.reset()
 
     def step(self, agent, buffer) -> Optional[Dict]:
         self.policy.agent = agent
+        if self.observation is None:
+            self.observation, _ = self.env.reset(seed=self.reset_seed)
+            self.reset_seed = None  # seeds the first reset only; later resets continue the env's stream
         action = self.queue(self.observation)
         next_observation, reward, terminated, truncated, info = self.env.step(action)
         done = bool(terminated or truncated)
@@ -964,7 +1213,7 @@ class OnlineCollector:
             )
         )
         if done:
-            self.observation, _ = self.env.reset()
+            self.observation = None
             self.queue.reset()
             return info
         self.observation = next_observation

@@ -213,3 +213,35 @@ def test_run_name_must_be_a_plain_name(monkeypatch, capsys, name):
     from tests.test_cli import error_of
 
     assert "--run_name" in error_of(monkeypatch, capsys, "main", f"--run_name={name}")
+
+
+# ---------------------------------------------------------------- run states
+
+
+def test_damaged_newest_state_falls_back_to_the_previous_one(tmp_path):
+    import run_state
+
+    agent = {"w": np.arange(3.0)}
+    first = run_state.write_state(str(tmp_path), {"global_step": 3, "phase": "offline"}, agent, keep=3)
+    second = run_state.write_state(str(tmp_path), {"global_step": 6, "phase": "offline"}, agent, keep=3)
+    assert run_state.latest_state(str(tmp_path)) == second
+    with open(os.path.join(second, "state.json"), "w") as f:
+        f.write('{"global_step": 6, "pha')  # truncated
+    assert run_state.latest_state(str(tmp_path)) == first
+    os.makedirs(os.path.join(tmp_path, "state", "step_000000000009"))  # a state without COMPLETE
+    assert run_state.latest_state(str(tmp_path)) == first
+    for step in (12, 15, 18):
+        run_state.write_state(str(tmp_path), {"global_step": step, "phase": "offline"}, agent, keep=2)
+    kept = [os.path.basename(p) for p in run_state.state_dirs(str(tmp_path))]
+    assert kept == ["step_000000000015", "step_000000000018"]
+
+
+def test_truncate_csvs_drops_rows_after_the_state(tmp_path):
+    import run_state
+
+    (tmp_path / "eval.csv").write_text("step,success\n3,0.0\n6,1.0\n9,0.5\n")
+    (tmp_path / "late.csv").write_text("step,x\n9,1\n")
+    counts = {"eval.csv": 2}
+    run_state.truncate_csvs(str(tmp_path), counts)
+    assert (tmp_path / "eval.csv").read_text() == "step,success\n3,0.0\n6,1.0\n"
+    assert not (tmp_path / "late.csv").exists()

@@ -1,0 +1,176 @@
+"""Full run state: everything a killed run needs to continue exactly, written atomically, no pickle.
+
+Layout: `<run_dir>/state/step_<global step, 12 digits>/` holding
+
+* `agent.msgpack`: the agent (parameters, optimizer state, RNG) in flax msgpack serialization;
+* `buffer/<field>.npy` and the buffer's `pointer`/`size` (online phase only), `np.save` without pickle;
+* `state.json`: phase and step counters, every numpy generator state (offline sampler, replay buffer,
+  training env), the collector's JAX key, the shard in use, the number of rows of every CSV file,
+  the wandb run id and the format version;
+* `COMPLETE`: written last.
+
+A state is written into `state/.tmp_<name>_<pid>/` and renamed into place (`os.rename` of a directory
+is atomic), so a half-written state is never read: `latest_state` takes the newest directory that
+has `COMPLETE` and a readable `state.json` and skips any other. The newest `keep` states are kept.
+
+Safe points (where a state can be written): every offline step; online, the end of an episode,
+when the next step starts with a reset of the environment. Then the chunk queue is empty and the
+environment's next reset depends only on its random generator, whose state is saved, so the run
+continues to the same result (windows never join two episodes, because none is in progress).
+"""
+
+import json
+import os
+import shutil
+import signal
+from typing import Dict, List, Optional
+
+import jax
+import numpy as np
+
+from utils.flax_utils import restore_agent, save_agent
+
+FORMAT_VERSION = 1
+EXIT_PREEMPTED = 3  # the driver wrote its state and stopped on a signal: rerun with --resume to continue
+PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+def generator_state(rng: np.random.Generator) -> Dict:
+    """The JSON-able state of a numpy `Generator` (its bit generator's `state` dict)."""
+    return rng.bit_generator.state
+
+
+def set_generator_state(rng: np.random.Generator, state: Dict):
+    rng.bit_generator.state = state
+
+
+def state_dirs(run_dir: str) -> List[str]:
+    """Complete state directories of `run_dir`, oldest first."""
+    root = os.path.join(run_dir, "state")
+    if not os.path.isdir(root):
+        return []
+    names = sorted(n for n in os.listdir(root) if n.startswith("step_"))
+    return [os.path.join(root, n) for n in names if os.path.isfile(os.path.join(root, n, "COMPLETE"))]
+
+
+def latest_state(run_dir: str) -> Optional[str]:
+    """The newest complete and readable state directory of `run_dir`, or None."""
+    for path in reversed(state_dirs(run_dir)):
+        try:
+            with open(os.path.join(path, "state.json")) as f:
+                meta = json.load(f)
+            if meta.get("format_version") == FORMAT_VERSION:
+                return path
+        except (OSError, ValueError):
+            continue  # damaged: the previous complete one is used
+    return None
+
+
+def write_state(run_dir: str, meta: Dict, agent, buffer=None, keep: int = 2) -> str:
+    """Write one state atomically and keep the newest `keep`; returns its directory.
+
+    `meta` must hold `global_step` (an int) and only JSON values. `buffer` is a `ReplayBuffer` or None.
+    """
+    root = os.path.join(run_dir, "state")
+    os.makedirs(root, exist_ok=True)
+    name = f"step_{int(meta['global_step']):012d}"
+    tmp = os.path.join(root, f".tmp_{name}_{os.getpid()}")
+    if os.path.exists(tmp):
+        shutil.rmtree(tmp)
+    os.makedirs(tmp)
+    save_agent(agent, os.path.join(tmp, "agent.msgpack"), metadata={"global_step": int(meta["global_step"])})
+    meta = dict(meta, format_version=FORMAT_VERSION)
+    if buffer is not None:
+        os.makedirs(os.path.join(tmp, "buffer"))
+        for key, array in buffer.items():
+            np.save(os.path.join(tmp, "buffer", f"{key}.npy"), array, allow_pickle=False)
+        meta["buffer"] = {"pointer": int(buffer.pointer), "size": int(buffer.size), "max_size": int(buffer.max_size)}
+    with open(os.path.join(tmp, "state.json"), "w") as f:
+        json.dump(meta, f)
+    with open(os.path.join(tmp, "COMPLETE"), "w") as f:
+        f.write(name + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    final = os.path.join(root, name)
+    if os.path.exists(final):  # the same step written again (e.g. a phase end after an interval)
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    for old in state_dirs(run_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def read_state(path: str, agent_template) -> Dict:
+    """`state.json` of `path` plus `agent` (restored into `agent_template`) and, if saved, `buffer_arrays`."""
+    with open(os.path.join(path, "state.json")) as f:
+        meta = json.load(f)
+    meta["agent"] = restore_agent(agent_template, os.path.join(path, "agent.msgpack"))
+    if "buffer" in meta:
+        folder = os.path.join(path, "buffer")
+        meta["buffer_arrays"] = {
+            n[:-4]: np.load(os.path.join(folder, n), allow_pickle=False) for n in sorted(os.listdir(folder))
+        }
+    return meta
+
+
+def key_to_list(key) -> List[int]:
+    return np.asarray(jax.device_get(key)).tolist()
+
+
+def key_from_list(values) -> jax.Array:
+    return jax.numpy.asarray(np.asarray(values, dtype=np.uint32))
+
+
+def csv_row_counts(run_dir: str) -> Dict[str, int]:
+    """Data rows of every `*.csv` in `run_dir` (the header excluded)."""
+    counts = {}
+    for name in sorted(os.listdir(run_dir)):
+        if name.endswith(".csv"):
+            with open(os.path.join(run_dir, name)) as f:
+                counts[name] = max(sum(1 for _ in f) - 1, 0)
+    return counts
+
+
+def truncate_csvs(run_dir: str, counts: Dict[str, int]):
+    """Drop the rows written after a state: keep the header and the first `counts[name]` rows of each CSV.
+
+    A CSV file the state does not know (created after it) is removed.
+    """
+    for name in sorted(os.listdir(run_dir)):
+        if not name.endswith(".csv"):
+            continue
+        path = os.path.join(run_dir, name)
+        if name not in counts:
+            os.remove(path)
+            continue
+        with open(path) as f:
+            lines = f.readlines()
+        keep = lines[: 1 + counts[name]]
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.writelines(keep)
+        os.replace(tmp, path)
+
+
+class PreemptionFlag:
+    """Set by SIGTERM or SIGUSR1 (SLURM's warning signals); the driver saves at the next safe point.
+
+    A second signal while the state is being written only sets the flag again: the write goes on, and
+    the atomic rename means no signal can leave a half-written state behind.
+    """
+
+    def __init__(self):
+        self.signum = None
+        self._previous = {}
+
+    def install(self):
+        for signum in PREEMPTION_SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        self.signum = signum
+
+    @property
+    def raised(self) -> bool:
+        return self.signum is not None
