@@ -245,3 +245,31 @@ def test_truncate_csvs_drops_rows_after_the_state(tmp_path):
     run_state.truncate_csvs(str(tmp_path), counts)
     assert (tmp_path / "eval.csv").read_text() == "step,success\n3,0.0\n6,1.0\n"
     assert not (tmp_path / "late.csv").exists()
+
+
+def test_a_second_signal_while_writing_does_not_corrupt_the_state(tmp_path, monkeypatch):
+    import signal
+
+    import run_state
+    from utils.datasets import ReplayBuffer
+
+    flag = run_state.PreemptionFlag().install()
+    try:
+        buffer = ReplayBuffer.create_from_initial_dataset(dict(_dataset([0] * 9 + [1])), size=20)
+        real_save = np.save
+
+        def save_then_signal(*args, **kwargs):  # SIGTERM (and then SIGUSR1) arrive in the middle of the write
+            real_save(*args, **kwargs)
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+        monkeypatch.setattr(run_state.np, "save", save_then_signal)
+        path = run_state.write_state(str(tmp_path), {"global_step": 5, "phase": "online"}, {"w": np.ones(2)}, buffer)
+        assert flag.raised and flag.signum == signal.SIGUSR1
+        assert run_state.latest_state(str(tmp_path)) == path
+        restored = run_state.read_state(path, {"w": np.zeros(2)})
+        np.testing.assert_array_equal(restored["buffer_arrays"]["observations"], buffer["observations"])
+        assert restored["buffer"] == {"pointer": 10, "size": 10, "max_size": 20}
+    finally:
+        for signum, previous in flag._previous.items():
+            signal.signal(signum, previous)
