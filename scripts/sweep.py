@@ -339,7 +339,9 @@ class SweepRun(submitit.helpers.Checkpointable):
     * `DONE.json` in `run_dir` already: nothing to do (`status: skipped`).
     * The driver exits 0: `status: finished`.
     * It exits 3 (its state is written) while no preemption was signalled to this wrapper: it is relaunched
-      in place with `--resume`, at most `max_requeues` times in all (then `RunFailed`).
+      in place with `--resume` (a requeue within the same job), at most `max_requeues` times in all (then
+      `RunFailed`). When this process got SIGTERM too (a SLURM job being preempted, cancelled or at its time
+      limit), it is not relaunched: `status: stopped` (SLURM requeues a preempted job itself).
     * Any other status: `RunFailed` (a failed submitit job; the local summary lists it).
     * `checkpoint()` (submitit calls it on SIGUSR1, SLURM's warning before the time limit or a preemption):
       forwards SIGUSR1 to the driver, waits up to `signal_grace_s` for it to write its state and exit, and returns
@@ -347,6 +349,8 @@ class SweepRun(submitit.helpers.Checkpointable):
       (`scontrol requeue`); the requeued job starts the driver again with `--resume`. After `max_requeues`
       requeues it returns None: the job ends, not requeued.
     """
+
+    RELAUNCH_DELAY_S = 1.0  # pause before an in-place relaunch
 
     def __init__(
         self,
@@ -377,6 +381,7 @@ class SweepRun(submitit.helpers.Checkpointable):
         self._returncode: Optional[int] = None
         self._signalled = False  # checkpoint() was called: a preemption or the time limit
         self._stopping = False  # the local executor is stopping: no relaunch
+        self._terminated = False  # this process got SIGTERM (a SLURM job: preemption, scancel, time limit)
         self.pass_fds: Tuple[int, ...] = ()  # local: the sweep's lock, held while the driver lives
         self.new_session = False  # local: Ctrl-C reaches the sweep only, which stops the drivers with SIGTERM
 
@@ -446,6 +451,23 @@ class SweepRun(submitit.helpers.Checkpointable):
         if os.path.exists(self.done_path):
             self.note(f"{self.done_path} exists: the run is finished, nothing to do")
             return {"name": self.name, "status": "skipped", "returncode": 0, "requeues": self.requeues}
+        main_thread = threading.current_thread() is threading.main_thread()
+        previous = signal.getsignal(signal.SIGTERM) if main_thread else None
+
+        def on_sigterm(signum, frame):  # a SLURM job: remember it, then what was there (submitit logs it)
+            self._terminated = True
+            if callable(previous):
+                previous(signum, frame)
+
+        if main_thread:
+            signal.signal(signal.SIGTERM, on_sigterm)
+        try:
+            return self._run_until_done()
+        finally:
+            if main_thread:
+                signal.signal(signal.SIGTERM, previous)
+
+    def _run_until_done(self) -> Dict:
         while True:
             if self._stopping:
                 return {"name": self.name, "status": "stopped", "returncode": None, "requeues": self.requeues}
@@ -453,6 +475,12 @@ class SweepRun(submitit.helpers.Checkpointable):
             if rc == 0:
                 return {"name": self.name, "status": "finished", "returncode": 0, "requeues": self.requeues}
             if self._signalled or self._stopping:  # stopped from outside: its state is written (exit 3) or not
+                return {"name": self.name, "status": "stopped", "returncode": rc, "requeues": self.requeues}
+            if rc == EXIT_STATE_SAVED and self._terminated:
+                self.note(
+                    "SIGTERM to this job too (preemption, scancel or the time limit): not relaunched here; SLURM "
+                    "requeues a preempted job itself, else run the sweep command again to resume"
+                )
                 return {"name": self.name, "status": "stopped", "returncode": rc, "requeues": self.requeues}
             if rc != EXIT_STATE_SAVED:
                 raise RunFailed(self.name, rc, self.log_path)
@@ -463,7 +491,7 @@ class SweepRun(submitit.helpers.Checkpointable):
                 f"exit status {rc} without a preemption signal to the sweep: relaunching with --resume "
                 f"({self.requeues}/{self.max_requeues})"
             )
-            time.sleep(1.0)
+            time.sleep(self.RELAUNCH_DELAY_S)
 
     def checkpoint(self, *args, **kwargs) -> Optional[submitit.helpers.DelayedSubmission]:
         self._signalled = True
@@ -596,6 +624,7 @@ def run_local(runs: List[SweepRun], skipped: List[SweepRun], args) -> int:
         if shared and "XLA_PYTHON_CLIENT_PREALLOCATE" not in os.environ:
             run.env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # runs share a device: no 75% preallocation each
         run.pass_fds, run.new_session = (lock_fd,), True
+        start[run.name] = time.time()
         print(f"started {run.name} (log: {run.log_path})", flush=True)
         try:
             return run()
@@ -605,7 +634,7 @@ def run_local(runs: List[SweepRun], skipped: List[SweepRun], args) -> int:
                     busy[gpu] -= 1
 
     results: Dict[str, Tuple[str, int]] = {}
-    start = {r.name: time.time() for r in runs}
+    start: Dict[str, float] = {}
     stopped_by = None
     previous = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
 
@@ -636,16 +665,19 @@ def run_local(runs: List[SweepRun], skipped: List[SweepRun], args) -> int:
         for fut, run in futures.items():
             fut.cancel()
             run.stop()
-        for fut, run in futures.items():
-            if fut.cancelled():
-                continue
-            try:
-                result = fut.result()
-                results.setdefault(run.name, (result["status"], result["returncode"]))
-            except RunFailed as failure:
-                results.setdefault(run.name, ("failed", failure.returncode))
+        try:
+            for fut, run in futures.items():
+                if fut.cancelled():
+                    continue
+                try:
+                    result = fut.result()
+                    results.setdefault(run.name, (result["status"], result["returncode"]))
+                except RunFailed as failure:
+                    results.setdefault(run.name, ("failed", failure.returncode))
+        except (KeyboardInterrupt, _Stop):
+            print("not waiting any longer: the drivers finish writing their states on their own", file=sys.stderr)
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(wait=stopped_by is None, cancel_futures=True)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         os.close(lock_fd)
@@ -749,7 +781,7 @@ def run_slurm(runs: List[SweepRun], args) -> int:
     try:
         jobs = executor.submit_array(runs)
     except Exception as e:  # noqa: BLE001 - sbatch's own message (bad partition, account, limits)
-        raise InputError(f"sbatch failed: {e}") from None
+        raise InputError("sbatch failed: " + " ".join(str(e).split())) from None
     submitted = {}
     if os.path.exists(jobs_path):
         with open(jobs_path) as f:
@@ -854,7 +886,7 @@ def make_parser() -> argparse.ArgumentParser:
     slurm.add_argument("--constraint", help="SLURM node feature constraint (e.g. a GPU type).")
     slurm.add_argument("--gpus_per_job", type=_int_at_least(0), default=1, help="GPUs per run (default: 1).")
     slurm.add_argument("--cpus_per_job", type=_int_at_least(1), default=8, help="CPU cores per run (default: 8).")
-    slurm.add_argument("--mem_gb", type=_positive_float, default=64.0, help="Memory per run in GB (default: 64).")
+    slurm.add_argument("--mem_gb", type=_positive_float, default=32.0, help="Host memory per run in GB (default: 32).")
     slurm.add_argument(
         "--time_min",
         type=_int_at_least(1),
@@ -948,9 +980,13 @@ def run(args, fixed: List[str]) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point: the sweep's flags, then `--`, then the flags of every run; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     own, fixed = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
-    args = make_parser().parse_args(own)
+    try:
+        args = make_parser().parse_args(own)
+    except SystemExit as e:  # --help (0) or a bad option (2, its error line printed)
+        return int(e.code or 0)
     try:
         return run(args, fixed)
     except InputError as e:
