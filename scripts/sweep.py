@@ -636,13 +636,17 @@ def run_local(runs: List[SweepRun], skipped: List[SweepRun], args) -> int:
     results: Dict[str, Tuple[str, int]] = {}
     start: Dict[str, float] = {}
     stopped_by = None
-    previous = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
+    main_thread = threading.current_thread() is threading.main_thread()
+    # SIGINT gets its own handler too: a sweep started from a non-interactive shell in the background inherits
+    # SIGINT as ignored, and Python then never raises KeyboardInterrupt.
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)} if main_thread else None
 
     def on_sigterm(signum, frame):
         raise _Stop(signum)
 
     if previous is not None:
-        signal.signal(signal.SIGTERM, on_sigterm)
+        for signum in previous:
+            signal.signal(signum, on_sigterm)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.max_parallel)
     futures = {pool.submit(task, r): r for r in runs}
     try:
@@ -679,7 +683,8 @@ def run_local(runs: List[SweepRun], skipped: List[SweepRun], args) -> int:
     finally:
         pool.shutdown(wait=stopped_by is None, cancel_futures=True)
         if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
         os.close(lock_fd)
     finished = [r.name for r in runs if results.get(r.name, ("",))[0] in ("finished", "skipped")]
     failed = [r for r in runs if results.get(r.name, ("",))[0] == "failed"]
