@@ -37,8 +37,9 @@ run_utils.define_flags("main")
 
 
 def main(_):
+    preemption = run_state.PreemptionFlag().install()  # before setup: a signal then stops at the first step
     run = run_utils.setup_experiment(run_utils.RunConfig.from_flags(FLAGS, driver="main"))
-    run.preemption = run_state.PreemptionFlag().install()
+    run.preemption = preemption
     cfg, agent, train_dataset = run.cfg, run.agent, run.train_dataset
 
     # ---- Offline phase -----------------------------------------------------------------------

@@ -19,7 +19,9 @@ environment's next reset depends only on its random generator, whose state is sa
 continues to the same result (windows never join two episodes, because none is in progress).
 """
 
+import fcntl
 import json
+import logging
 import os
 import shutil
 import signal
@@ -74,9 +76,10 @@ def write_state(run_dir: str, meta: Dict, agent, buffer=None, keep: int = 2) -> 
     root = os.path.join(run_dir, "state")
     os.makedirs(root, exist_ok=True)
     name = f"step_{int(meta['global_step']):012d}"
+    for stale in os.listdir(root):  # left by a process killed while writing (the run directory is locked)
+        if stale.startswith(".tmp_"):
+            shutil.rmtree(os.path.join(root, stale), ignore_errors=True)
     tmp = os.path.join(root, f".tmp_{name}_{os.getpid()}")
-    if os.path.exists(tmp):
-        shutil.rmtree(tmp)
     os.makedirs(tmp)
     save_agent(agent, os.path.join(tmp, "agent.msgpack"), metadata={"global_step": int(meta["global_step"])})
     meta = dict(meta, format_version=FORMAT_VERSION)
@@ -111,6 +114,53 @@ def read_state(path: str, agent_template) -> Dict:
             n[:-4]: np.load(os.path.join(folder, n), allow_pickle=False) for n in sorted(os.listdir(folder))
         }
     return meta
+
+
+REQUIRED_KEYS = ("global_step", "phase", "step_in_phase", "dataset_rng", "csv_rows")
+
+
+def read_latest_usable_state(run_dir: str, agent_template, dataset) -> Optional[Dict]:
+    """The newest state of `run_dir` that reads back whole (`read_state` plus `path`), or None.
+
+    A state that is damaged although marked complete (a missing or truncated file, missing keys, buffer
+    fields that are not the dataset's) is skipped with a warning, and the one before it is used.
+    """
+    for path in reversed(state_dirs(run_dir)):
+        try:
+            meta = read_state(path, agent_template)
+            missing = [k for k in REQUIRED_KEYS if k not in meta]
+            if missing:
+                raise ValueError(f"state.json lacks {missing}")
+            if meta["phase"] == "online" and "collector" not in meta:
+                raise ValueError("state.json lacks the collector")
+            if "buffer" in meta:
+                arrays = meta["buffer_arrays"]
+                if set(arrays) != set(dataset.keys()):
+                    raise ValueError(f"buffer fields {sorted(arrays)} are not the dataset's {sorted(dataset.keys())}")
+                if any(len(a) != meta["buffer"]["max_size"] for a in arrays.values()):
+                    raise ValueError("buffer arrays do not have max_size rows")
+        except Exception as e:  # noqa: BLE001 - any damage: fall back to the previous state
+            logging.warning(
+                "Skipping damaged run state %s (%s: %s); trying the previous one.", path, type(e).__name__, e
+            )
+            continue
+        meta["path"] = path
+        return meta
+    return None
+
+
+_LOCKS = []
+
+
+def lock_run_dir(run_dir: str):
+    """Hold an exclusive lock on `<run_dir>/.lock` for this process's lifetime; `ValueError` if another holds it."""
+    fd = os.open(os.path.join(run_dir, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ValueError(f"{run_dir} is in use by another process (a run resumed twice at once?).") from None
+    _LOCKS.append(fd)
 
 
 def key_to_list(key) -> List[int]:

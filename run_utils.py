@@ -747,12 +747,17 @@ class Run:
             self._state_pending = False
             logging.info("Run state written: %s", path)
             if preempted:
+                for signum in run_state.PREEMPTION_SIGNALS:  # a further signal must not turn status 3 into 143
+                    signal.signal(signum, signal.SIG_IGN)
                 logging.warning(
-                    "Signal %s: state written at %s step %d; exiting with status %d (rerun with --resume to continue).",
+                    "Signal %s: state written at %s step %d; exiting with status %d (continue with --resume "
+                    "--run_name=%s --run_group=%s).",
                     self.preemption.signum,
                     phase,
                     step_in_phase,
                     run_state.EXIT_PREEMPTED,
+                    os.path.basename(os.path.normpath(self.run_dir)),
+                    self.cfg.run_group,
                 )
                 self.logger.close()
                 sys.exit(run_state.EXIT_PREEMPTED)
@@ -873,7 +878,19 @@ def check_rendering(env_name: str, env) -> None:
 
 
 # Settings that may differ between a run and its resumption.
-RESUME_MAY_CHANGE = ("resume", "progress", "state_interval", "keep_states", "wandb_mode", "sweep_info")
+RESUME_MAY_CHANGE = ("resume", "progress", "state_interval", "keep_states", "wandb_mode", "sweep_info", "run_name")
+# Flags holding paths: compared after normalisation (`exp` and `exp/` are one directory).
+PATH_FLAGS = ("save_dir", "dataset_path", "ogbench_dataset_dir")
+# Agent config keys filled in by create(): not set by the user.
+FILLED_KEYS = ("ob_dims", "action_dim", "target_entropy")
+
+
+def _comparable(values: Dict, path_keys=()) -> Dict:
+    values = json.loads(json.dumps(values))
+    for k in path_keys:
+        if values.get(k):
+            values[k] = os.path.normpath(os.path.abspath(os.path.expanduser(values[k])))
+    return values
 
 
 class RunFinished(Exception):
@@ -940,16 +957,25 @@ def _resume_point(cfg: RunConfig) -> Optional[str]:
     flags_path = os.path.join(run_dir, "flags.json")
     if os.path.isfile(flags_path):
         with open(flags_path) as f:
-            old = json.load(f).get("flags", {})
-        new = json.loads(json.dumps(cfg.flag_values))
-        changed = sorted(k for k in set(old) | set(new) if k not in RESUME_MAY_CHANGE and old.get(k) != new.get(k))
+            record = json.load(f)
+        old, new = _comparable(record.get("flags", {}), PATH_FLAGS), _comparable(cfg.flag_values, PATH_FLAGS)
+        changed = [
+            f"--{k}" for k in sorted(set(old) | set(new)) if k not in RESUME_MAY_CHANGE and old.get(k) != new.get(k)
+        ]
+        before = [old.get(k[2:]) for k in changed]
+        now = [new.get(k[2:]) for k in changed]
+        old_agent, new_agent = _comparable(record.get("agent", {})), _comparable(cfg.agent)
+        for k in sorted(new_agent):
+            if k not in FILLED_KEYS and new_agent[k] is not None and old_agent.get(k) != new_agent[k]:
+                changed.append(f"--agent.{k}")
+                before.append(old_agent.get(k))
+                now.append(new_agent[k])
         if changed:
             raise ValueError(
-                f"--resume: {run_dir} was started with other settings ({', '.join(f'--{k}' for k in changed)}: "
-                f"{[old.get(k) for k in changed]} then, {[new.get(k) for k in changed]} now); resume it with the same "
-                "flags, or start another --run_name."
+                f"--resume: {run_dir} was started with other settings ({', '.join(changed)}: {before} then, {now} "
+                "now); resume it with the same flags, or start another --run_name."
             )
-    return run_state.latest_state(run_dir)
+    return run_dir
 
 
 def setup_experiment(cfg: RunConfig) -> Run:
@@ -1001,17 +1027,22 @@ def setup_experiment(cfg: RunConfig) -> Run:
             example["actions"],
             cfg.agent,
         )
-        state_path = _resume_point(cfg)
+        resume_dir = _resume_point(cfg)
         resume_meta = None
-        if state_path is not None:
-            resume_meta = run_state.read_state(state_path, agent)
-            run_state.truncate_csvs(os.path.dirname(os.path.dirname(state_path)), resume_meta["csv_rows"])
-            logging.info(
-                "Resuming from %s (%s step %d)", state_path, resume_meta["phase"], resume_meta["step_in_phase"]
-            )
-        elif cfg.resume:
-            run_dir = os.path.join(cfg.save_dir, cfg.run_group, cfg.run_name)
-            shutil.rmtree(os.path.join(run_dir, "state"), ignore_errors=True)  # incomplete states of a fresh start
+        if resume_meta is None and resume_dir is not None:
+            os.makedirs(resume_dir, exist_ok=True)
+            run_state.lock_run_dir(resume_dir)
+            resume_meta = run_state.read_latest_usable_state(resume_dir, agent, train_dataset)
+            if resume_meta is not None:
+                run_state.truncate_csvs(resume_dir, resume_meta["csv_rows"])
+                logging.info(
+                    "Resuming from %s (%s step %d)",
+                    resume_meta["path"],
+                    resume_meta["phase"],
+                    resume_meta["step_in_phase"],
+                )
+            else:
+                shutil.rmtree(os.path.join(resume_dir, "state"), ignore_errors=True)  # a fresh start
         run_dir, logger = setup_run(cfg, agent.config, env_data.metadata, resume_meta)
     run = Run(
         cfg=cfg,

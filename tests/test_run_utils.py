@@ -273,3 +273,33 @@ def test_a_second_signal_while_writing_does_not_corrupt_the_state(tmp_path, monk
     finally:
         for signum, previous in flag._previous.items():
             signal.signal(signum, previous)
+
+
+def test_resume_refuses_other_settings_agent_keys_included(monkeypatch, tmp_path):
+    cfg = parse(monkeypatch, "main", f"--save_dir={tmp_path}", "--run_name=r", "--agent.lr=0.0003")
+    run_utils.setup_run(cfg, dict(cfg.agent), {})
+    same = parse(monkeypatch, "main", f"--save_dir={tmp_path}/", "--run_name=r", "--resume", "--agent.lr=0.0003")
+    assert run_utils._resume_point(same) == os.path.join(f"{tmp_path}/", "Debug", "r")  # `dir/` is `dir`
+    other = parse(monkeypatch, "main", f"--save_dir={tmp_path}", "--run_name=r", "--resume", "--agent.lr=0.001")
+    with pytest.raises(ValueError, match=r"--agent\.lr: \[0\.0003\] then, \[0\.001\] now"):
+        run_utils._resume_point(other)
+    seed = parse(monkeypatch, "main", f"--save_dir={tmp_path}", "--run_name=r", "--resume", "--seed=1")
+    with pytest.raises(ValueError, match="--seed"):
+        run_utils._resume_point(seed)
+
+
+def test_a_damaged_complete_state_falls_back_and_the_run_dir_is_locked(tmp_path):
+    import run_state
+    from utils.datasets import ReplayBuffer
+
+    data = _dataset([0] * 9 + [1])
+    buffer = ReplayBuffer.create_from_initial_dataset(dict(data), size=20)
+    meta = {"phase": "online", "step_in_phase": 1, "dataset_rng": {}, "csv_rows": {}, "collector": {}}
+    older = run_state.write_state(str(tmp_path), {**meta, "global_step": 3}, {"w": np.ones(2)}, buffer)
+    newest = run_state.write_state(str(tmp_path), {**meta, "global_step": 6}, {"w": np.ones(2)}, buffer)
+    os.remove(os.path.join(newest, "buffer", "rewards.npy"))  # marked COMPLETE, but damaged
+    got = run_state.read_latest_usable_state(str(tmp_path), {"w": np.zeros(2)}, data)
+    assert got["path"] == older and got["global_step"] == 3
+    run_state.lock_run_dir(str(tmp_path))
+    with pytest.raises(ValueError, match="in use by another process"):
+        run_state.lock_run_dir(str(tmp_path))
