@@ -318,8 +318,10 @@ def _config_flag_message(error: Exception, argv: List[str], driver: str) -> str:
 
 
 def _unknown_agent_key_message(argv: List[str], driver: str) -> Optional[str]:
-    """The message for the first `--agent.KEY` that the driver's agent config does not have."""
-    argv = _expanded_argv(argv)
+    """The message for the first `--agent.KEY` that the driver's agent config does not have.
+
+    `argv` is already expanded (`_expanded_argv`).
+    """
     try:
         own = _load_get_config(_agent_file(argv, driver))
     except Exception:  # noqa: BLE001 - the config file itself is broken: let absl's message stand
@@ -407,11 +409,12 @@ def parse_flags(argv: List[str], driver: str, flag_values=FLAGS) -> List[str]:
         if os.environ.get("QC_DEBUG"):
             raise
         _exit_with_error(_config_flag_message(e, argv, driver))
+    expanded = _expanded_argv(argv)
     if len(rest) > 1:
-        _exit_with_error(_leftover_message(_expanded_argv(argv), rest[1:], flag_values))
+        _exit_with_error(_leftover_message(expanded, rest[1:], flag_values))
     # ml_collections joins repeated tuple overrides ((16,16) then 512 -> (16,16,512)) and keeps the last
     # of repeated scalars: both silently differ from what the user meant.
-    keys = [m.group(1) for a in _expanded_argv(argv)[1:] if (m := re.match(r"^--?(?:no)?agent\.([^=]+)", a))]
+    keys = [m.group(1) for a in expanded[1:] if (m := re.match(r"^--?(?:no)?agent\.([^=]+)", a))]
     repeated = sorted({k for k in keys if keys.count(k) > 1})
     if repeated:
         _exit_with_error(f"--agent.{repeated[0]} is given {keys.count(repeated[0])} times; give each --agent key once.")
@@ -1029,7 +1032,7 @@ def setup_experiment(cfg: RunConfig) -> Run:
         )
         resume_dir = _resume_point(cfg)
         resume_meta = None
-        if resume_meta is None and resume_dir is not None:
+        if resume_dir is not None:
             os.makedirs(resume_dir, exist_ok=True)
             run_state.lock_run_dir(resume_dir)
             resume_meta = run_state.read_latest_usable_state(resume_dir, agent, train_dataset)

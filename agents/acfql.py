@@ -30,7 +30,7 @@ from utils.flax_utils import ModuleDict, TrainState, nonpytree_field
 from utils.networks import ActorVectorField, Value
 
 ACTOR_TYPES = ("best-of-n", "distill-ddpg")
-Q_AGGS = ("mean", "min")
+Q_AGGS = common.Q_AGGS
 
 
 def _aggregate(qs, q_agg):
@@ -57,29 +57,15 @@ def _repeat_candidates(x, n, axis):
 
 
 CONFIG_RULES = {
-    "agent_name": common.one_of(("acfql",)),
-    "lr": common.POSITIVE,
-    "batch_size": common.int_at_least(1),
-    "actor_hidden_dims": common.HIDDEN_DIMS,
-    "value_hidden_dims": common.HIDDEN_DIMS,
-    "layer_norm": common.BOOL,
-    "actor_layer_norm": common.BOOL,
-    "discount": common.number_in(0, 1, low_open=True),
-    "tau": common.number_in(0, 1, low_open=True),
-    "q_agg": common.one_of(Q_AGGS),
+    **common.shared_rules("acfql"),
     "alpha": common.NON_NEGATIVE,
-    "num_qs": common.int_at_least(1),
     "flow_steps": common.int_at_least(1),
     "normalize_q_loss": common.BOOL,
-    "horizon_length": (lambda v: common.is_int(v, 1), "an int >= 1 (the driver sets it from --horizon_length)"),
-    "action_chunking": common.BOOL,
     "actor_type": common.one_of(ACTOR_TYPES),
     "actor_num_samples": common.int_at_least(1),
     "use_fourier_features": common.BOOL,
     "fourier_feature_dim": ((lambda v: common.is_int(v, 2) and v % 2 == 0), "an even int >= 2"),
     "weight_decay": common.NON_NEGATIVE,
-    "ob_dims": common.OB_DIMS,
-    "action_dim": common.ACTION_DIM,
 }
 
 

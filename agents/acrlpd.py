@@ -32,7 +32,7 @@ from agents import common
 from utils.flax_utils import ModuleDict, TrainState, nonpytree_field
 from utils.networks import TanhNormalActor, Value
 
-Q_AGGS = ("mean", "min")
+Q_AGGS = common.Q_AGGS
 DATA_ACTION_CLIP = 1 - 1e-5  # Data actions are clipped into (-1+1e-5, 1-1e-5) before atanh (as the reference).
 
 
@@ -244,27 +244,13 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
 
 
 CONFIG_RULES = {
-    "agent_name": common.one_of(("acrlpd",)),
-    "lr": common.POSITIVE,
-    "batch_size": common.int_at_least(1),
-    "actor_hidden_dims": common.HIDDEN_DIMS,
-    "value_hidden_dims": common.HIDDEN_DIMS,
-    "layer_norm": common.BOOL,
-    "actor_layer_norm": common.BOOL,
-    "discount": common.number_in(0, 1, low_open=True),
-    "tau": common.number_in(0, 1, low_open=True),
-    "num_qs": common.int_at_least(1),
+    **common.shared_rules("acrlpd"),
     "num_min_qs": common.unset_or(common.int_at_least(1)),
-    "q_agg": common.one_of(Q_AGGS),
     "backup_entropy": common.BOOL,
     "init_temp": common.POSITIVE,
     "target_entropy_multiplier": common.NON_NEGATIVE,
     "target_entropy": common.unset_or(common.FINITE),
     "bc_alpha": common.NON_NEGATIVE,
-    "horizon_length": (lambda v: common.is_int(v, 1), "an int >= 1 (the driver sets it from --horizon_length)"),
-    "action_chunking": common.BOOL,
-    "ob_dims": common.OB_DIMS,
-    "action_dim": common.ACTION_DIM,
 }
 
 

@@ -95,6 +95,30 @@ OB_DIMS: Rule = unset_or(
 ACTION_DIM: Rule = unset_or(int_at_least(1))
 
 
+Q_AGGS = ("mean", "min")  # ensemble aggregation over the (target) critics
+
+
+def shared_rules(agent_name: str) -> Dict[str, Rule]:
+    """The rules of the config keys both agents have, with the same meaning; each agent adds its own."""
+    return {
+        "agent_name": one_of((agent_name,)),
+        "lr": POSITIVE,
+        "batch_size": int_at_least(1),
+        "actor_hidden_dims": HIDDEN_DIMS,
+        "value_hidden_dims": HIDDEN_DIMS,
+        "layer_norm": BOOL,
+        "actor_layer_norm": BOOL,
+        "discount": number_in(0, 1, low_open=True),
+        "tau": number_in(0, 1, low_open=True),
+        "num_qs": int_at_least(1),
+        "q_agg": one_of(Q_AGGS),
+        "horizon_length": ((lambda v: is_int(v, 1)), "an int >= 1 (the driver sets it from --horizon_length)"),
+        "action_chunking": BOOL,
+        "ob_dims": OB_DIMS,
+        "action_dim": ACTION_DIM,
+    }
+
+
 def check_config(config: Mapping, rules: Dict[str, Rule], agent_name: str) -> Dict:
     """A plain-dict copy of `config` (lists as tuples, hashable for jit), checked key by key.
 
