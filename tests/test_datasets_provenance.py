@@ -81,7 +81,7 @@ def test_generated_file_records_its_settings_and_hash(generated):
     assert record["source"] == "generated" and record["verified"] is None
     assert record["seed"] == 7 and record["num_episodes"] == 3 and record["dataset_type"] == "play"
     assert record["num_val_episodes"] == 1 and record["split"] == "train"
-    assert record["generator_version"] == 1 and record["ogbench_version"] == importlib.metadata.version("ogbench")
+    assert record["generator_version"] == 2 and record["ogbench_version"] == importlib.metadata.version("ogbench")
     val = provenance.npz_provenance(ogbench_utils.val_path_for(generated), role="val")
     assert (val["role"], val["split"], val["num_episodes"], val["seed"]) == ("val", "val", 1, 7)
     json.dumps(record)  # goes into flags.json as is

@@ -8,10 +8,15 @@ own `pre_step`/`post_step` refresh, as `initialize_episode` does) and compare wi
 there. tests/test_envs.py checks the same end to end on a real two-step trajectory.
 """
 
+import concurrent.futures.process
+import filecmp
 import importlib.metadata
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import urllib.request
 import zipfile
 
@@ -21,6 +26,7 @@ import pytest
 from ogbench.relabel_utils import relabel_dataset
 
 from envs import env_utils, ogbench_utils
+from envs import generate_dataset as gd
 from envs.env_utils import make_env_and_datasets, sparse_reward_transform
 from envs.generate_dataset import generate_dataset
 from envs.ogbench_utils import generator_command
@@ -131,6 +137,126 @@ def test_generator_refuses_to_overwrite_and_checks_names(cube_file, tmp_path):
         generate_dataset("antmaze-large-navigate-v0", num_episodes=1, save_path=str(tmp_path / "x.npz"))
     with pytest.raises(ValueError, match=r"must end in \.npz"):
         generate_dataset("cube-single-play-v0", num_episodes=1, save_path=str(tmp_path / "x.h5"))
+
+
+# ---- worker processes (--num_workers) --------------------------------------------------------------
+# Since GENERATOR_VERSION 2 every episode draws from its own streams, derived from (seed, episode index)
+# (`episode_streams`), so the files cannot depend on how episodes are split across processes. (Version 1
+# drew all episodes from one sequential stream; no test here pinned its values, so none had to change.)
+
+
+def _files_equal(a, b):
+    return filecmp.cmp(a, b, shallow=False) and filecmp.cmp(
+        ogbench_utils.val_path_for(a), ogbench_utils.val_path_for(b), shallow=False
+    )
+
+
+# noisy cube draws from all three streams of an episode (our Generator: noise level, random actions, action
+# noise; the env's; the global legacy RNG in the Markov oracles' resets), play scene from the env's and the
+# legacy one (plan-oracle noise) with four oracles. (cube-single play never draws from our Generator.)
+@pytest.mark.parametrize("name", ["cube-single-noisy-v0", "scene-play-v0"])
+def test_num_workers_give_byte_identical_files(name, tmp_path):
+    one = _generate(str(tmp_path / "w1"), name)  # 2 train + 1 val episodes of STEPS rows, seed 0
+    for w in (2, 3):
+        many = _generate(str(tmp_path / f"w{w}"), name, num_workers=w)
+        # Byte for byte: arrays, the metadata (which holds no num_workers) and the zip container.
+        assert _files_equal(one, many), w
+    meta = json.loads(str(_stored(one)["generator_metadata"][()]))
+    assert meta["generator_version"] == gd.GENERATOR_VERSION == 2 and "num_workers" not in meta
+
+
+def test_episode_streams_are_spawned_per_index_and_episodes_ignore_history():
+    children = np.random.SeedSequence(11).spawn(4)
+    for i, child in enumerate(children):
+        env_seed, legacy_seed, rng = gd.episode_streams(11, i)
+        env_ss, legacy_ss, rng_ss = child.spawn(3)
+        assert env_seed == int(env_ss.generate_state(1)[0]) and legacy_seed == int(legacy_ss.generate_state(1)[0])
+        assert rng.bit_generator.state == np.random.default_rng(rng_ss).bit_generator.state
+    assert len({gd.episode_streams(11, i)[0] for i in range(50)}) == 50
+    assert gd.episode_streams(11, 0)[0] != gd.episode_streams(12, 0)[0]
+
+    # Episode 2 is the same whether its env made episodes 0 and 1 before or nothing (a fresh worker).
+    settings = gd._Settings(
+        name=ogbench_utils.resolve_dataset_name("cube-single-play-v0"),
+        seed=11,
+        max_episode_steps=STEPS,
+        noise=0.1,
+        noise_smoothing=0.5,
+        min_norm=0.4,
+        p_random_action=0.0,
+    )
+    in_sequence, fresh = gd._EpisodeMaker(settings), gd._EpisodeMaker(settings)
+    state = np.random.get_state()
+    try:
+        first = [in_sequence.episode(i)[0] for i in range(3)]
+        alone = fresh.episode(2)[0]
+    finally:
+        np.random.set_state(state)
+        in_sequence.close()
+        fresh.close()
+    for k in first[2]:
+        np.testing.assert_array_equal(first[2][k], alone[k], err_msg=k)
+    assert first[2]["qpos"].shape == (STEPS, 21) and first[2]["qpos"].dtype == np.float32
+    assert not np.array_equal(first[1]["observations"], first[2]["observations"])
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True, "2"])
+def test_num_workers_must_be_a_positive_integer(bad, tmp_path):
+    with pytest.raises(ValueError, match="num_workers must be an integer >= 1"):
+        generate_dataset("cube-single-play-v0", num_episodes=1, save_path=str(tmp_path / "x.npz"), num_workers=bad)
+    assert not os.listdir(tmp_path)
+
+
+def _raise_at_two(message, i):
+    """Run in a spawned worker (pickled by reference): fails on index 2."""
+    if i == 2:
+        raise ValueError(f"{message} at {i}")
+    return i * 10
+
+
+def _die_at_one(_, i):
+    """Run in a spawned worker: the process dies without a Python exception (like a segfault or OOM kill)."""
+    if i == 1:
+        os._exit(7)
+    return i
+
+
+@pytest.fixture
+def hang_guard():
+    """Fail (instead of hanging) if the test body takes more than 60 s."""
+
+    def on_alarm(*_):
+        raise TimeoutError("worker pool hung")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def test_worker_failures_surface_in_the_parent(hang_guard):
+    with pytest.raises(ValueError, match="boom at 2") as e:
+        list(gd._map_in_processes(_raise_at_two, "boom", range(5), 2))
+    assert "episode index 2" in "".join(e.value.__notes__)
+    assert "_raise_at_two" in str(e.value.__cause__)  # the worker's traceback
+    with pytest.raises(concurrent.futures.process.BrokenProcessPool) as e:
+        list(gd._map_in_processes(_die_at_one, None, range(4), 2))
+    assert "generate_dataset worker process" in "".join(e.value.__notes__)
+
+
+def test_command_line_num_workers(cube_file, tmp_path, hang_guard):
+    """`python -m envs.generate_dataset --num_workers=5` (workers unpickle `__main__` functions) matches one process."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = str(tmp_path / "cli.npz")
+    args = ["--env_name=cube-single-play-v0", "--num_episodes=2", "--seed=0", f"--max_episode_steps={STEPS}"]
+    cmd = [sys.executable, "-m", "envs.generate_dataset", *args, f"--save_path={path}", "--num_workers=5"]
+    out = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "(3 worker(s))" in out.stdout  # no more processes than the 3 episodes
+    assert _files_equal(path, cube_file)  # the module fixture: the same settings in this process
+    bad = subprocess.run([*cmd[:-1], "--num_workers=0"], cwd=root, capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "num_workers" in bad.stderr
 
 
 def test_generator_command():
