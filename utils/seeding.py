@@ -9,14 +9,18 @@ A run has one seed `s` in `[0, 2**32)` and these named streams (the number is th
     3   collector       JAX key           the policy's noise while collecting online data
     4   env             numpy seed        resets of the training environment
     5   eval_env        numpy seed        the evaluation environment's first reset at start-up
-    6   evaluation      JAX key + seeds   each evaluation: policy noise and one reset seed per episode
+    6   evaluation      JAX key + seeds   each evaluation: one reset seed and one policy key stream
+                                          (`fold_in(key, episode)`) per episode
+    7   device_sampler  JAX key           offline windows drawn on the device (`utils.device_sampler`):
+                                          offline step `t` draws its start rows with `fold_in(key, t)`
 
 Derivation:
 
 * JAX streams: `jax.random.fold_in(jax.random.PRNGKey(s), id)`. `PRNGKey(s)` is a distinct
   key for every `s` in range (outside it, numbers that differ by a multiple of `2**32` would
   give one key, hence the range check); `fold_in` gives a different key per stream id. The
-  evaluation at step `t` folds in `t` once more: `fold_in(fold_in(PRNGKey(s), 6), t)`.
+  evaluation at step `t` folds in `t` once more: `fold_in(fold_in(PRNGKey(s), 6), t)`, and so
+  does offline step `t` of the device sampler: `fold_in(fold_in(PRNGKey(s), 7), t)`.
 * numpy streams: `np.random.SeedSequence(s, spawn_key=(id,))` (the evaluation at step `t`:
   `spawn_key=(6, t)`), whose pool mixes the seed and the spawn key, so no two (seed, stream,
   step) triples share a generator. Environment reset seeds are drawn from these sequences.
@@ -31,7 +35,7 @@ import jax
 import numpy as np
 
 SEED_LIMIT = 2**32
-STREAMS = ("agent", "dataset", "replay_buffer", "collector", "env", "eval_env", "evaluation")
+STREAMS = ("agent", "dataset", "replay_buffer", "collector", "env", "eval_env", "evaluation", "device_sampler")
 
 
 def check_seed(seed) -> int:
