@@ -12,6 +12,10 @@ and applies the parts common to every domain: `dataset_proportion`, the sparse r
 `EpisodeMonitor` wrapper and the env seeds. The same `reward_fn` that transformed the offline
 rewards is handed to the driver for every online reward (one transform, here).
 
+`EnvAndDatasets.make_eval_env` builds further evaluation envs, wrapped exactly like `eval_env`
+(`make_eval_env`), e.g. the `E` copies of a batched evaluation (`evaluation.make_eval_vector_env`);
+it is a `functools.partial` of a module-level function, so subprocesses can unpickle it.
+
 `success_timing` ('post', the paper's and the default, or 'pre') chooses whether an OGBench env's step
 returns the reward/success of the state after or before the action; `dataset_success_timing` ('pre',
 the default, or 'post') chooses the state the offline rewards and masks are relabelled from. The
@@ -23,9 +27,11 @@ ignores both: its rewards are always robosuite's post-step ones.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable
 
+import gymnasium
 import numpy as np
 
 from envs import ogbench_utils, provenance, robomimic_utils
@@ -100,6 +106,11 @@ class EnvAndDatasets:
             provenance record per file used (the training file or every shard, then the val file if loaded;
             `envs.provenance`: path, size, sha256, source 'official'/'generated'/'unknown', and for generated
             files the generator's settings).
+        make_eval_env: `() -> gymnasium.Env`, a new env built and wrapped like `eval_env` (`make_eval_env`
+            with this run's env name, success timing and, for robomimic, the file's env metadata and the
+            `eval_env` seed); picklable (`functools.partial` of a module-level function), for
+            `evaluation.make_eval_vector_env`. Not reset: `evaluation.evaluate_batched` seeds every episode.
+            None only for an `EnvAndDatasets` built by hand.
     """
 
     env: object
@@ -109,6 +120,55 @@ class EnvAndDatasets:
     reward_fn: Callable = dense_reward
     next_shard: Callable[[], dict] | None = None
     metadata: dict = dataclasses.field(default_factory=dict)
+    make_eval_env: Callable[[], gymnasium.Env] | None = None
+
+
+def _monitor(env: gymnasium.Env, env_name: str) -> EpisodeMonitor:
+    """The wrapper of every training and evaluation env: `EpisodeMonitor`, with OGBench's info filters."""
+    filters = OGBENCH_INFO_FILTERS if ogbench_utils.is_ogbench_env(env_name) else ()
+    return EpisodeMonitor(env, filter_regexes=filters)
+
+
+def make_eval_env(
+    env_name: str,
+    success_timing: str = "post",
+    robomimic_env_meta: dict | None = None,
+    robomimic_seed: int | None = None,
+    **env_kwargs,
+) -> EpisodeMonitor:
+    """One evaluation env of `env_name`, built and wrapped as `make_env_and_datasets` builds `eval_env`.
+
+    Use `EnvAndDatasets.make_eval_env` (this function with the run's arguments bound) rather than calling
+    it directly. The env is not reset.
+
+    Args:
+        env_name: an OGBench or robomimic name (module docstring).
+        success_timing: OGBench only: 'post' or 'pre' (`make_env_and_datasets`).
+        robomimic_env_meta: robomimic only, required: the dataset file's env metadata
+            (`robomimic_utils.load_env_meta`).
+        robomimic_seed: robomimic only: the seed of the env's simulator stream until its first seeded reset.
+        **env_kwargs: OGBench only: passed to `gymnasium.make` (e.g. `max_episode_steps`, for tests).
+
+    Returns:
+        `EpisodeMonitor(env)` (OGBench: with `OGBENCH_INFO_FILTERS`).
+
+    Raises:
+        ValueError: unknown env name, bad timing, robomimic without `robomimic_env_meta` or with `env_kwargs`.
+        ImportError: a robomimic env without its simulator extra.
+    """
+    if robomimic_utils.is_robomimic_env(env_name):
+        if robomimic_env_meta is None:
+            raise ValueError(
+                f"{env_name}: a robomimic eval env needs robomimic_env_meta (robomimic_utils.load_env_meta)."
+            )
+        if env_kwargs:
+            raise ValueError(f"{env_name}: robomimic eval envs take no env_kwargs, got {sorted(env_kwargs)}.")
+        env = robomimic_utils.make_robomimic_env(env_name, robomimic_env_meta, seed=robomimic_seed)
+    elif ogbench_utils.is_ogbench_env(env_name):
+        env = ogbench_utils.make_ogbench_env(env_name, success_timing, **env_kwargs)
+    else:
+        raise ValueError(f"Unknown environment {env_name!r}. Supported: " + "; ".join(supported_env_patterns()))
+    return _monitor(env, env_name)
 
 
 class ShardCycler:
@@ -258,7 +318,13 @@ def make_env_and_datasets(
         datasets = [robomimic_utils.dataset_provenance(path, env_name, hash_datasets)]
         online_fn = robomimic_utils.online_reward_fn
         reward_fn = (lambda r: sparse_reward_transform(online_fn(r))) if sparse else online_fn
-        next_shard, info_filters = None, ()
+        next_shard = None
+        eval_env_fn = functools.partial(
+            make_eval_env,
+            env_name,
+            robomimic_env_meta=robomimic_utils.load_env_meta(path),
+            robomimic_seed=seeding.env_seed(seed, "eval_env"),  # as robomimic_utils.make_env_and_datasets
+        )
     elif ogbench_utils.is_ogbench_env(env_name):
         train_paths = ogbench_utils.resolve_dataset_paths(env_name, dataset_path, dataset_dir)
         next_shard = None
@@ -275,8 +341,9 @@ def make_env_and_datasets(
         train = load(train_paths[0])
         val_path = ogbench_utils.existing_val_path(train_paths) if load_val else None
         val = None if val_path is None else load(val_path)
-        env, eval_env = (ogbench_utils.make_ogbench_env(env_name, success_timing) for _ in range(2))
-        info_filters = OGBENCH_INFO_FILTERS
+        env = ogbench_utils.make_ogbench_env(env_name, success_timing)
+        eval_env_fn = functools.partial(make_eval_env, env_name, success_timing)
+        eval_env = eval_env_fn()
         used = [(p, "train") for p in train_paths] + ([] if val is None else [(val_path, "val")])
         datasets = [provenance.npz_provenance(p, role, hash_datasets) for p, role in used]
     else:
@@ -284,8 +351,9 @@ def make_env_and_datasets(
 
     train = _apply_common(train, dataset_proportion, sparse)
     val = None if val is None else _apply_common(val, 1.0, sparse)
-    env = EpisodeMonitor(env, filter_regexes=info_filters)
-    eval_env = EpisodeMonitor(eval_env, filter_regexes=info_filters)
+    env = _monitor(env, env_name)
+    if not isinstance(eval_env, EpisodeMonitor):  # robomimic: built by robomimic_utils like eval_env_fn builds it
+        eval_env = _monitor(eval_env, env_name)
     env.reset(seed=seeding.env_seed(seed, "env"))
     eval_env.reset(seed=seeding.env_seed(seed, "eval_env"))
     return EnvAndDatasets(
@@ -296,4 +364,32 @@ def make_env_and_datasets(
         reward_fn=reward_fn,
         next_shard=next_shard,
         metadata={**run_metadata(env_name, success_timing, dataset_success_timing), "datasets": datasets},
+        make_eval_env=eval_env_fn,
     )
+
+
+def envs_for_seed(env_data: EnvAndDatasets, env_name: str, seed: int, success_timing: str = "post") -> EnvAndDatasets:
+    """`env_data` with a new training and evaluation env seeded for `seed` (datasets shared, not copied).
+
+    Used by `--num_seeds`: every seed of a group gets its own environments, built and seeded exactly as
+    `make_env_and_datasets(env_name, seed=seed)` would build them (`env` and `eval_env` streams of
+    `seed`), while the offline data is loaded once. `make_eval_env` is rebound to `seed` too. Raises
+    `ValueError` for an unknown env name.
+    """
+    if robomimic_utils.is_robomimic_env(env_name):
+        path = env_data.metadata["datasets"][0]["path"]
+        env_meta = robomimic_utils.load_env_meta(path)
+        env = robomimic_utils.make_robomimic_env(env_name, env_meta, seed=seeding.env_seed(seed, "env"))
+        eval_env_fn = functools.partial(
+            make_eval_env, env_name, robomimic_env_meta=env_meta, robomimic_seed=seeding.env_seed(seed, "eval_env")
+        )
+    elif ogbench_utils.is_ogbench_env(env_name):
+        env = ogbench_utils.make_ogbench_env(env_name, success_timing)
+        eval_env_fn = functools.partial(make_eval_env, env_name, success_timing)
+    else:
+        raise ValueError(f"Unknown environment {env_name!r}. Supported: " + "; ".join(supported_env_patterns()))
+    env = _monitor(env, env_name)
+    eval_env = eval_env_fn()
+    env.reset(seed=seeding.env_seed(seed, "env"))
+    eval_env.reset(seed=seeding.env_seed(seed, "eval_env"))
+    return dataclasses.replace(env_data, env=env, eval_env=eval_env, make_eval_env=eval_env_fn)

@@ -183,9 +183,12 @@ def test_evaluate_resets_with_the_evaluation_streams(seed, step, episodes, video
     key, reset_seeds = seeding.evaluation_streams(seed, step, episodes + videos)
     assert env.reset_seeds == reset_seeds  # one fresh seed per episode, video episodes included
     assert len(set(env.reset_seeds)) == episodes + videos
-    # The policy's keys are split off the evaluation key, one per chunk: ceil(T / h) = 2 per episode.
-    expected, rng = [], key
-    for _ in range(2 * (episodes + videos)):
-        rng, sub = jax.random.split(rng)
-        expected.append(key_tuple(sub))
+    # Episode i has its own stream fold_in(key, i); its policy keys are split off it, one per chunk:
+    # ceil(T / h) = 2 per episode.
+    expected = []
+    for i in range(episodes + videos):
+        rng = jax.random.fold_in(key, i)
+        for _ in range(2):
+            rng, sub = jax.random.split(rng)
+            expected.append(key_tuple(sub))
     assert agent.keys == expected
