@@ -108,7 +108,9 @@ def setup_wandb(
     `mode` is `online` (needs an account and network), `offline` (writes to
     `<save_dir>/wandb`; sync later with `wandb sync`) or `disabled`. No `start_method`
     setting is passed (current wandb rejects it). `run_id` resumes the run with that id.
-    The run's metrics are plotted against `env_step` (`define_wandb_metrics`).
+    The run's metrics are plotted against `env_step` (`define_wandb_metrics`). Several runs may be
+    open in one process (`reinit="create_new"`, wandb >= 0.19.10): `--num_seeds` opens one per seed and
+    logs through each run object, never the global `wandb.log`.
     Raises `ValueError` for an unknown mode.
     """
     if mode not in ("online", "offline", "disabled"):
@@ -126,6 +128,7 @@ def setup_wandb(
         dir=save_dir,
         id=run_id,
         resume="allow" if run_id else None,
+        reinit="create_new",  # --num_seeds: one wandb run per seed, all open in this process
     )
     define_wandb_metrics(run)
     return run

@@ -17,6 +17,10 @@ Loop outline:
      multiple of --save_interval and at the end of each phase. Steps are logged as
      offline step i -> i, online step i -> offline_steps + i.
 
+Throughput: --num_seeds=S runs S seeds in this process with one vmapped update (seed_group.py; each
+seed writes its own ordinary run directory), and --updates_per_dispatch=k runs the offline phase k
+gradient steps per host call with windows sampled on the device (offline_dispatch.py).
+
 Example (QC on cube-double, paper settings):
   python main.py --env_name=cube-double-play-singletask-task2-v0 --horizon_length=5 \
       --agent.actor_type=best-of-n --agent.actor_num_samples=32
@@ -29,8 +33,10 @@ import time
 import tqdm
 from absl import app, flags, logging
 
+import offline_dispatch
 import run_state
 import run_utils
+import seed_group
 
 FLAGS = flags.FLAGS
 run_utils.define_flags("main")
@@ -38,47 +44,44 @@ run_utils.define_flags("main")
 
 def main(_):
     preemption = run_state.PreemptionFlag().install()  # before setup: a signal then stops at the first step
-    run = run_utils.setup_experiment(run_utils.RunConfig.from_flags(FLAGS, driver="main"))
-    run.preemption = preemption
-    cfg, agent, train_dataset = run.cfg, run.agent, run.train_dataset
+    cfg = run_utils.RunConfig.from_flags(FLAGS, driver="main")
+    group = seed_group.setup_group(cfg, preemption)
+    bar = functools.partial(tqdm.trange, disable=not cfg.progress, smoothing=0.1, dynamic_ncols=True)
 
     # ---- Offline phase -----------------------------------------------------------------------
-    first = run.start_step("offline")
+    first = group.start_step("offline")
     start = time.time()
-    for i in tqdm.trange(first + 1, cfg.offline_steps + 1, initial=first, total=cfg.offline_steps, desc="offline",
-                         disable=not cfg.progress, smoothing=0.1, dynamic_ncols=True):  # fmt: skip
-        train_dataset = run_utils.maybe_next_shard(run, i, train_dataset)
-        batch = run_utils.sample_windows(train_dataset, agent.config, agent.config["batch_size"])
-        agent, info = agent.update(batch)
-        if i % cfg.log_interval == 0:
-            rate = (i - first) / (time.time() - start)
-            run_utils.log_update_info(run.logger, info, "offline_agent", i, "steps_per_second", rate)
-        run.end_of_step(agent, i, phase="offline")
-        run.write_state_if_due(agent, i, "offline", train_dataset)
+    if cfg.updates_per_dispatch > 1 and first < cfg.offline_steps:
+        offline_dispatch.run_offline_phase(group, first, start)
+    else:
+        offline_dispatch.check_resume_sampler(group, "host")
+        for i in bar(first + 1, cfg.offline_steps + 1, initial=first, total=cfg.offline_steps, desc="offline"):
+            group.maybe_next_shard(i)
+            info = group.update(group.sample_offline())
+            if i % cfg.log_interval == 0:
+                rate = (i - first) / (time.time() - start)
+                group.log_update(info, "offline_agent", i, "steps_per_second", rate)
+            group.end_of_step(i, phase="offline")
+            group.write_state_if_due(i, "offline")
 
     # ---- Online phase ------------------------------------------------------------------------
     if cfg.online_steps > 0:
-        replay_buffer = run.replay_buffer(with_offline_data=True, dataset=train_dataset)
-        collector = run.collector()
+        group.start_online(with_offline_data=True)
         utd = cfg.utd_ratio
-        first = run.start_step("online")
+        first = group.start_step("online")
         start = time.time()
-        for i in tqdm.trange(first + 1, cfg.online_steps + 1, initial=first, total=cfg.online_steps, desc="online",
-                             disable=not cfg.progress, smoothing=0.1, dynamic_ncols=True):  # fmt: skip
-            step = run.global_step(i, "online")
-            episode_info = collector.step(agent, replay_buffer)
-            if episode_info is not None:
-                run.logger.log(run_utils.episode_stats(episode_info), "env", step=step)
+        for i in bar(first + 1, cfg.online_steps + 1, initial=first, total=cfg.online_steps, desc="online"):
+            group.collect(i)
             if i >= cfg.start_training:
-                batch = run_utils.sample_windows(replay_buffer, agent.config, agent.config["batch_size"] * utd)
-                agent, info = agent.batch_update(run_utils.stack_for_utd(batch, utd))
+                info = group.batch_update(group.sample_replay(utd))
                 if i % cfg.log_interval == 0:
                     rate = (i - first) / (time.time() - start)
-                    run_utils.log_update_info(run.logger, info, "online_agent", step, "env_steps_per_second", rate)
-            run.end_of_step(agent, i, phase="online")
-            run.write_state_if_due(agent, i, "online", train_dataset, replay_buffer, collector)
-    run.finish()
-    logging.info("Done. Logs and checkpoints in %s", os.path.abspath(run.run_dir))
+                    step = group.runs[0].global_step(i, "online")
+                    group.log_update(info, "online_agent", step, "env_steps_per_second", rate)
+            group.end_of_step(i, phase="online")
+            group.write_state_if_due(i, "online")
+    group.finish()
+    logging.info("Done. Logs and checkpoints in %s", ", ".join(os.path.abspath(r.run_dir) for r in group.runs))
 
 
 if __name__ == "__main__":

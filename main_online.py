@@ -14,6 +14,9 @@ Loop outline:
   5. Evaluation (open-loop chunks) at every multiple of --eval_interval and at the end;
      checkpoints at every multiple of --save_interval and at the end.
 
+--num_seeds=S runs S seeds in this process with one vmapped update (seed_group.py); each seed
+writes its own ordinary run directory.
+
 Example (QC-RLPD on cube-double):
   python main_online.py --env_name=cube-double-play-singletask-task2-v0 --horizon_length=5 --agent.bc_alpha=0.01
 """
@@ -27,6 +30,7 @@ from absl import app, flags, logging
 
 import run_state
 import run_utils
+import seed_group
 
 FLAGS = flags.FLAGS
 run_utils.define_flags("main_online")
@@ -34,33 +38,26 @@ run_utils.define_flags("main_online")
 
 def main(_):
     preemption = run_state.PreemptionFlag().install()  # before setup: a signal then stops at the first step
-    run = run_utils.setup_experiment(run_utils.RunConfig.from_flags(FLAGS, driver="main_online"))
-    run.preemption = preemption
-    cfg, agent, train_dataset = run.cfg, run.agent, run.train_dataset
+    cfg = run_utils.RunConfig.from_flags(FLAGS, driver="main_online")
+    group = seed_group.setup_group(cfg, preemption)
 
-    replay_buffer = run.replay_buffer(with_offline_data=False, dataset=train_dataset)
-    collector = run.collector()
-    h = agent.config["horizon_length"]
-    first = run.start_step("online")
+    group.start_online(with_offline_data=False)
+    h = group.agent_config["horizon_length"]
+    first = group.start_step("online")
     start = time.time()
     for i in tqdm.trange(first + 1, cfg.online_steps + 1, initial=first, total=cfg.online_steps, desc="online",
                          disable=not cfg.progress, smoothing=0.1, dynamic_ncols=True):  # fmt: skip
-        train_dataset = run_utils.maybe_next_shard(run, i, train_dataset)
-        episode_info = collector.step(agent, replay_buffer)
-        if episode_info is not None:
-            run.logger.log(run_utils.episode_stats(episode_info), "env", step=i)
-        if i >= cfg.start_training and (replay_buffer.size >= h or cfg.offline_ratio == 1.0):
-            batch = run_utils.sample_mixed_batch(
-                train_dataset, replay_buffer, agent.config, cfg.utd_ratio, cfg.offline_ratio
-            )
-            agent, info = agent.batch_update(batch)
+        group.maybe_next_shard(i)
+        group.collect(i)
+        if i >= cfg.start_training and (group.replay_size >= h or cfg.offline_ratio == 1.0):
+            info = group.batch_update(group.sample_mixed())
             if i % cfg.log_interval == 0:
                 rate = (i - first) / (time.time() - start)
-                run_utils.log_update_info(run.logger, info, "online_agent", i, "env_steps_per_second", rate)
-        run.end_of_step(agent, i, phase="online")
-        run.write_state_if_due(agent, i, "online", train_dataset, replay_buffer, collector)
-    run.finish()
-    logging.info("Done. Logs and checkpoints in %s", os.path.abspath(run.run_dir))
+                group.log_update(info, "online_agent", i, "env_steps_per_second", rate)
+        group.end_of_step(i, phase="online")
+        group.write_state_if_due(i, "online")
+    group.finish()
+    logging.info("Done. Logs and checkpoints in %s", ", ".join(os.path.abspath(r.run_dir) for r in group.runs))
 
 
 if __name__ == "__main__":

@@ -13,10 +13,12 @@ A state is written into `state/.tmp_<name>_<pid>/` and renamed into place (`os.r
 is atomic), so a half-written state is never read: `latest_state` takes the newest directory that
 has `COMPLETE` and a readable `state.json` and skips any other. The newest `keep` states are kept.
 
-Safe points (where a state can be written): every offline step; online, the end of an episode,
-when the next step starts with a reset of the environment. Then the chunk queue is empty and the
-environment's next reset depends only on its random generator, whose state is saved, so the run
-continues to the same result (windows never join two episodes, because none is in progress).
+Safe points: every step. Online, an episode in progress is saved as the environment's random
+generator state before the episode's reset, the actions executed since and the rest of the current
+chunk (`run_utils.OnlineCollector.state`); resuming resets the environment from that generator state
+and replays the actions (MuJoCo is deterministic), checks that the replay reaches the saved
+observation exactly, and continues. With `--num_seeds` every seed's state is written at the same
+step and old states are pruned only once all seeds have written.
 """
 
 import fcntl
@@ -68,8 +70,23 @@ def latest_state(run_dir: str) -> Optional[str]:
     return None
 
 
-def write_state(run_dir: str, meta: Dict, agent, buffer=None, keep: int = 2) -> str:
-    """Write one state atomically and keep the newest `keep`; returns its directory.
+def state_steps(run_dir: str) -> List[int]:
+    """Global steps of the complete states of `run_dir`, oldest first."""
+    return [int(os.path.basename(p)[len("step_") :]) for p in state_dirs(run_dir)]
+
+
+def state_path(run_dir: str, global_step: int) -> str:
+    return os.path.join(run_dir, "state", f"step_{int(global_step):012d}")
+
+
+def prune_states(run_dir: str, keep: int):
+    """Remove all but the newest `keep` complete states of `run_dir`."""
+    for old in state_dirs(run_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def write_state(run_dir: str, meta: Dict, agent, buffer=None, keep: Optional[int] = 2) -> str:
+    """Write one state atomically and keep the newest `keep` (None: prune nothing); returns its directory.
 
     `meta` must hold `global_step` (an int) and only JSON values. `buffer` is a `ReplayBuffer` or None.
     """
@@ -98,8 +115,8 @@ def write_state(run_dir: str, meta: Dict, agent, buffer=None, keep: int = 2) -> 
     if os.path.exists(final):  # the same step written again (e.g. a phase end after an interval)
         shutil.rmtree(final)
     os.rename(tmp, final)
-    for old in state_dirs(run_dir)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+    if keep is not None:
+        prune_states(run_dir, keep)
     return final
 
 
@@ -119,6 +136,28 @@ def read_state(path: str, agent_template) -> Dict:
 REQUIRED_KEYS = ("global_step", "phase", "step_in_phase", "dataset_rng", "csv_rows")
 
 
+def _read_usable(path: str, agent_template, dataset) -> Optional[Dict]:
+    """`read_state(path)` plus `path`, or None (with a warning) when the state is damaged."""
+    try:
+        meta = read_state(path, agent_template)
+        missing = [k for k in REQUIRED_KEYS if k not in meta]
+        if missing:
+            raise ValueError(f"state.json lacks {missing}")
+        if meta["phase"] == "online" and "collector" not in meta:
+            raise ValueError("state.json lacks the collector")
+        if "buffer" in meta:
+            arrays = meta["buffer_arrays"]
+            if set(arrays) != set(dataset.keys()):
+                raise ValueError(f"buffer fields {sorted(arrays)} are not the dataset's {sorted(dataset.keys())}")
+            if any(len(a) != meta["buffer"]["max_size"] for a in arrays.values()):
+                raise ValueError("buffer arrays do not have max_size rows")
+    except Exception as e:  # noqa: BLE001 - any damage: the caller falls back to the previous state
+        logging.warning("Skipping damaged run state %s (%s: %s).", path, type(e).__name__, e)
+        return None
+    meta["path"] = path
+    return meta
+
+
 def read_latest_usable_state(run_dir: str, agent_template, dataset) -> Optional[Dict]:
     """The newest state of `run_dir` that reads back whole (`read_state` plus `path`), or None.
 
@@ -126,27 +165,18 @@ def read_latest_usable_state(run_dir: str, agent_template, dataset) -> Optional[
     fields that are not the dataset's) is skipped with a warning, and the one before it is used.
     """
     for path in reversed(state_dirs(run_dir)):
-        try:
-            meta = read_state(path, agent_template)
-            missing = [k for k in REQUIRED_KEYS if k not in meta]
-            if missing:
-                raise ValueError(f"state.json lacks {missing}")
-            if meta["phase"] == "online" and "collector" not in meta:
-                raise ValueError("state.json lacks the collector")
-            if "buffer" in meta:
-                arrays = meta["buffer_arrays"]
-                if set(arrays) != set(dataset.keys()):
-                    raise ValueError(f"buffer fields {sorted(arrays)} are not the dataset's {sorted(dataset.keys())}")
-                if any(len(a) != meta["buffer"]["max_size"] for a in arrays.values()):
-                    raise ValueError("buffer arrays do not have max_size rows")
-        except Exception as e:  # noqa: BLE001 - any damage: fall back to the previous state
-            logging.warning(
-                "Skipping damaged run state %s (%s: %s); trying the previous one.", path, type(e).__name__, e
-            )
-            continue
-        meta["path"] = path
-        return meta
+        meta = _read_usable(path, agent_template, dataset)
+        if meta is not None:
+            return meta
     return None
+
+
+def read_usable_state(run_dir: str, global_step: int, agent_template, dataset) -> Optional[Dict]:
+    """The state of `run_dir` at `global_step` when it is complete and reads back whole, else None."""
+    path = state_path(run_dir, global_step)
+    if path not in state_dirs(run_dir):
+        return None
+    return _read_usable(path, agent_template, dataset)
 
 
 _LOCKS = []

@@ -24,7 +24,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import sys
 import time
 from typing import Dict, List, Optional
@@ -114,6 +113,34 @@ def define_flags(driver: str, flag_values=FLAGS):
         "explicitly win, except one that turns the run into another method (an error).",
         **fv,
     )
+    flags.DEFINE_integer(
+        "num_seeds",
+        1,
+        "Train this many independent runs in one process, seeds --seed .. --seed+num_seeds-1: the agents are "
+        "stacked and updated by one vmapped, jitted step; each seed keeps its own environments, samplers, random "
+        "streams, evaluation and run directory (<run_name>_sd<seed> when --run_name is given).",
+        **fv,
+    )
+    if driver == "main":
+        flags.DEFINE_integer(
+            "updates_per_dispatch",
+            1,
+            "Offline gradient steps per host call (one lax.scan). 1: host sampling, one step per call (the "
+            "reference loop). k > 1: windows are sampled on the device from a device-resident copy of the dataset "
+            "(host sampling with a prefetching thread when it does not fit); a dispatch never runs past a "
+            "logging, evaluation, checkpoint, state or shard step.",
+            **fv,
+        )
+        flags.DEFINE_enum(
+            "offline_sampler",
+            "auto",
+            ["auto", "device", "host"],
+            "With --updates_per_dispatch > 1: where offline windows are drawn. device: on the device from a "
+            "device-resident copy of the dataset (other random numbers than host, same distribution); host: the "
+            "dataset's own generator in a prefetching thread (exactly the batches of --updates_per_dispatch=1); "
+            "auto: device when the dataset fits in half the free device memory, else host.",
+            **fv,
+        )
     flags.DEFINE_string("run_group", "Debug", "wandb group and sub-folder of --save_dir for this run.", **fv)
     flags.DEFINE_string(
         "run_name",
@@ -168,6 +195,22 @@ def define_flags(driver: str, flag_values=FLAGS):
         **fv,
     )
     flags.DEFINE_integer("eval_episodes", 50, "Number of evaluation episodes (success rate = mean over them).", **fv)
+    flags.DEFINE_integer(
+        "eval_envs",
+        10,
+        "Evaluation episodes run on this many environments in lockstep (gymnasium vector env), one batched "
+        "policy call per chunk boundary for all of them; the statistics equal those of one-by-one evaluation "
+        "with the same seeds. 1: one environment, episodes one after the other.",
+        **fv,
+    )
+    flags.DEFINE_enum(
+        "eval_env_mode",
+        "auto",
+        ["auto", "sync", "async"],
+        "How the --eval_envs environments step: sync (in this process), async (one subprocess each), auto "
+        "(evaluation.make_eval_vector_env's rule: async where the machine has cores to spare).",
+        **fv,
+    )
     flags.DEFINE_integer(
         "video_episodes",
         0,
@@ -466,6 +509,8 @@ class RunConfig:
     log_interval: int
     eval_interval: int
     eval_episodes: int
+    eval_envs: int
+    eval_env_mode: str
     video_episodes: int
     video_frame_skip: int
     save_interval: int
@@ -485,6 +530,9 @@ class RunConfig:
     agent: Dict
     offline_steps: int = 0
     offline_ratio: Optional[float] = None
+    num_seeds: int = 1
+    updates_per_dispatch: int = 1
+    offline_sampler: str = "auto"
     method: Optional[str] = None
     # With --method: each preset setting -> "preset" or "command line" (recorded in flags.json).
     setting_sources: Dict = dataclasses.field(default_factory=dict)
@@ -529,6 +577,15 @@ class RunConfig:
     def validate(self):
         """Raise `ValueError` naming the flag for every out-of-range value or impossible run."""
         seeding.check_seed(self.seed)
+        if self.num_seeds < 1:
+            raise ValueError(f"--num_seeds={self.num_seeds} must be >= 1.")
+        if self.seed + self.num_seeds > seeding.SEED_LIMIT:
+            raise ValueError(
+                f"--seed={self.seed} --num_seeds={self.num_seeds}: the last seed, {self.seed + self.num_seeds - 1}, "
+                "is outside [0, 2**32)."
+            )
+        if self.updates_per_dispatch < 1:
+            raise ValueError(f"--updates_per_dispatch={self.updates_per_dispatch} must be >= 1.")
         checks = [
             ("offline_steps", self.offline_steps >= 0, "must be >= 0"),
             ("online_steps", self.online_steps >= 0, "must be >= 0"),
@@ -536,6 +593,7 @@ class RunConfig:
             ("log_interval", self.log_interval >= 1, "must be >= 1"),
             ("eval_interval", self.eval_interval >= 0, "must be >= 0"),
             ("eval_episodes", self.eval_episodes >= 0, "must be >= 0"),
+            ("eval_envs", self.eval_envs >= 1, "must be >= 1"),
             ("video_episodes", self.video_episodes >= 0, "must be >= 0"),
             ("video_frame_skip", self.video_frame_skip >= 1, "must be >= 1"),
             ("start_training", self.start_training >= 0, "must be >= 0"),
@@ -644,10 +702,10 @@ class Run:
         action_dim: size of one environment action; example: one transition (leading axis 1).
         resume_meta: the state being continued (`--resume`), else None.
 
-    Run state (`run_state.py`): `start_step` gives the step each phase starts after, `write_state_if_due`
-    writes the full state on its schedule (every `--state_interval` steps of a phase, at the end of the
-    offline phase, and when SIGTERM/SIGUSR1 arrived: then it exits with status 3) at safe points only,
-    and `finish` marks the run done (`DONE.json`).
+    Run state (`run_state.py`): `start_step` gives the step each phase starts after, `write_state`
+    writes the full state (on the schedule of `seed_group.SeedGroup.write_state_if_due`), and `finish`
+    marks the run done (`DONE.json`). The drivers hold their runs in a `seed_group.SeedGroup` (one run
+    per seed of `--num_seeds`).
     """
 
     cfg: RunConfig
@@ -659,8 +717,11 @@ class Run:
     action_dim: int
     example: Dict
     resume_meta: Optional[Dict] = None
-    preemption: Optional[object] = None
-    _state_pending: bool = False
+    # How offline windows are drawn ("host" or "device"; offline_dispatch.py) and, while a prefetching
+    # thread owns the dataset's generator, a function giving the state of its next batch for run states.
+    sampler_in_use: str = "host"
+    sampler_state_fn: Optional[object] = None
+    eval_vector_env: Optional[object] = None  # --eval_envs > 1: built at the first evaluation
 
     # ---- run state -------------------------------------------------------------------------------
 
@@ -712,61 +773,38 @@ class Run:
             collector.restore(meta["collector"])
         return collector
 
-    def write_state_if_due(self, agent, step_in_phase: int, phase: str, dataset: Dataset, buffer=None, collector=None):
-        """Write the run state when it is due and this is a safe point; exit with status 3 after a signal.
+    def write_state(self, agent, step_in_phase: int, phase: str, buffer=None, collector=None) -> str:
+        """Write this run's full state now (`run_state.write_state`, no pruning); returns its directory.
 
-        Due: every `--state_interval` steps of a phase, at the end of the offline phase (not at the end of
-        the run: `finish` marks it done), and when SIGTERM or SIGUSR1 arrived. Safe point: any offline step;
-        online, an episode boundary (`collector.at_safe_point`). A due state waits for the next safe point.
+        Any step is a safe point: online, the collector saves an episode in progress as its actions
+        (`OnlineCollector.state`). The schedule is the group's (`seed_group.SeedGroup.write_state_if_due`).
         """
-        if os.environ.get("QC_TEST_SIGNAL_AT") == f"{phase}:{step_in_phase}":  # tests: a preemption signal here
-            os.kill(os.getpid(), signal.SIGTERM)
-        interval = self.cfg.state_interval
-        if interval > 0 and step_in_phase % interval == 0:
-            self._state_pending = True
-        if phase == "offline" and step_in_phase == self.cfg.offline_steps and self.cfg.online_steps > 0:
-            self._state_pending = True
-        preempted = self.preemption is not None and self.preemption.raised
-        last = phase == "online" and step_in_phase == self.cfg.online_steps
-        if phase == "offline" and step_in_phase == self.cfg.offline_steps and self.cfg.online_steps == 0:
-            last = True
-        safe = phase == "offline" or collector is None or collector.at_safe_point
-        if (self._state_pending or preempted) and safe and not last:
-            meta = {
-                "global_step": self.global_step(step_in_phase, phase),
-                "phase": phase,
-                "step_in_phase": step_in_phase,
-                "dataset_rng": run_state.generator_state(dataset.rng),
-                "shard_index": None if self.env_data.next_shard is None else self.env_data.next_shard.index,
-                "csv_rows": run_state.csv_row_counts(self.run_dir),
-                "wandb_run_id": None if self.logger.wandb_run is None else self.logger.wandb_run.id,
-            }
-            if phase == "online":
-                meta["buffer_rng"] = run_state.generator_state(buffer.rng)
-                meta["collector"] = collector.state()
-            path = run_state.write_state(
-                self.run_dir, meta, agent, buffer if phase == "online" else None, self.cfg.keep_states
-            )
-            self._state_pending = False
-            logging.info("Run state written: %s", path)
-            if preempted:
-                for signum in run_state.PREEMPTION_SIGNALS:  # a further signal must not turn status 3 into 143
-                    signal.signal(signum, signal.SIG_IGN)
-                logging.warning(
-                    "Signal %s: state written at %s step %d; exiting with status %d (continue with --resume "
-                    "--run_name=%s --run_group=%s).",
-                    self.preemption.signum,
-                    phase,
-                    step_in_phase,
-                    run_state.EXIT_PREEMPTED,
-                    os.path.basename(os.path.normpath(self.run_dir)),
-                    self.cfg.run_group,
-                )
-                self.logger.close()
-                sys.exit(run_state.EXIT_PREEMPTED)
-        kill_at = os.environ.get("QC_TEST_KILL_AT")  # tests: SIGKILL at "<phase>:<step>", after this step
-        if kill_at == f"{phase}:{step_in_phase}":
-            os.kill(os.getpid(), signal.SIGKILL)
+        meta = {
+            "global_step": self.global_step(step_in_phase, phase),
+            "phase": phase,
+            "step_in_phase": step_in_phase,
+            "dataset_rng": self.sampler_state(),
+            "offline_sampler": self.sampler_in_use,
+            "shard_index": None if self.env_data.next_shard is None else self.env_data.next_shard.index,
+            "csv_rows": run_state.csv_row_counts(self.run_dir),
+            "wandb_run_id": None if self.logger.wandb_run is None else self.logger.wandb_run.id,
+        }
+        if phase == "online":
+            meta["buffer_rng"] = run_state.generator_state(buffer.rng)
+            meta["collector"] = collector.state()
+        return run_state.write_state(self.run_dir, meta, agent, buffer if phase == "online" else None, keep=None)
+
+    def sampler_state(self) -> Dict:
+        """The offline sampler's generator state for a run state (the next batch it will give)."""
+        if self.sampler_state_fn is not None:
+            return self.sampler_state_fn()
+        return run_state.generator_state(self.train_dataset.rng)
+
+    def close_envs(self):
+        """Close the evaluation vector env (its subprocesses in async mode)."""
+        if self.eval_vector_env is not None:
+            self.eval_vector_env.close()
+            self.eval_vector_env = None
 
     def finish(self):
         """Mark the run done (`DONE.json`: a sweep skips it) and close the logger."""
@@ -792,9 +830,30 @@ class Run:
         if should_save(step_in_phase, phase_steps, self.cfg.save_interval):
             save_checkpoint(agent, self.run_dir, step=step, phase=phase)
         if should_evaluate(step_in_phase, phase_steps, self.cfg.eval_interval):
-            evaluate_and_log(
-                agent, self.env_data.eval_env, self.cfg, self.logger, step=step, action_dim=self.action_dim
+            self.evaluate(agent, step)
+
+    def evaluate(self, agent, step: int) -> Dict:
+        """Evaluate `agent` at global `step` and log it to this run's `eval` CSV (`evaluate_and_log`).
+
+        With `--eval_envs` > 1 the episodes run on `eval_vector_env` (built at the first evaluation;
+        a seed group shares one: every episode is reset with its own seed, so the env instance
+        does not matter).
+        """
+        if self.cfg.eval_envs > 1 and self.cfg.eval_episodes > 0 and self.eval_vector_env is None:
+            from evaluation import make_eval_vector_env
+
+            self.eval_vector_env = make_eval_vector_env(
+                self.env_data.make_eval_env, min(self.cfg.eval_envs, self.cfg.eval_episodes), self.cfg.eval_env_mode
             )
+        return evaluate_and_log(
+            agent,
+            self.env_data.eval_env,
+            self.cfg,
+            self.logger,
+            step=step,
+            action_dim=self.action_dim,
+            vector_env=self.eval_vector_env,
+        )
 
 
 def trajectory_lengths(terminals: np.ndarray) -> np.ndarray:
@@ -844,15 +903,16 @@ def check_replay_buffer_memory(cfg: RunConfig, dataset: Dataset):
         return
     rows = max(cfg.buffer_size, dataset.size + 1) if cfg.driver == "main" else cfg.buffer_size
     row_bytes = sum(int(np.asarray(dataset[k][0]).nbytes) for k in dataset)
-    need = rows * row_bytes
+    need = rows * row_bytes * cfg.num_seeds  # one buffer per seed
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # not available on this OS: no check
         return
     if need > memory:
+        seeds = f" x {cfg.num_seeds} seeds" if cfg.num_seeds > 1 else ""
         raise ValueError(
             f"--buffer_size={cfg.buffer_size}: the replay buffer needs about {need / 2**30:.1f} GiB ({rows} rows of "
-            f"{row_bytes} bytes), more than this machine's {memory / 2**30:.1f} GiB of memory."
+            f"{row_bytes} bytes{seeds}), more than this machine's {memory / 2**30:.1f} GiB of memory."
         )
 
 
@@ -881,7 +941,20 @@ def check_rendering(env_name: str, env) -> None:
 
 
 # Settings that may differ between a run and its resumption.
-RESUME_MAY_CHANGE = ("resume", "progress", "state_interval", "keep_states", "wandb_mode", "sweep_info", "run_name")
+RESUME_MAY_CHANGE = (
+    "resume",
+    "progress",
+    "state_interval",
+    "keep_states",
+    "wandb_mode",
+    "sweep_info",
+    "run_name",
+    "num_seeds",
+    "updates_per_dispatch",
+    "offline_sampler",
+    "eval_envs",
+    "eval_env_mode",
+)
 # Flags holding paths: compared after normalisation (`exp` and `exp/` are one directory).
 PATH_FLAGS = ("save_dir", "dataset_path", "ogbench_dataset_dir")
 # Agent config keys filled in by create(): not set by the user.
@@ -935,6 +1008,8 @@ def setup_run(cfg: RunConfig, agent_config: Dict, metadata: Dict, resume_meta: O
     record = {"flags": cfg.flag_values, "agent": dict(agent_config), **metadata}
     if cfg.sweep_info is not None:
         record["sweep"] = json.loads(cfg.sweep_info)
+        if "seed" in record["sweep"]:  # a seed group launched by a sweep: each run records its own seed
+            record["sweep"]["seed"] = cfg.seed
     if cfg.method is not None:
         record["method"] = {"name": cfg.method, "sources": cfg.setting_sources}
     write_json(os.path.join(run_dir, "flags.json"), record)
@@ -981,14 +1056,72 @@ def _resume_point(cfg: RunConfig) -> Optional[str]:
     return run_dir
 
 
-def setup_experiment(cfg: RunConfig) -> Run:
-    """Build envs and datasets, check them, create the agent, write the run directory.
+def seed_configs(cfg: RunConfig) -> List[RunConfig]:
+    """One `RunConfig` per seed of `--num_seeds`: seed `cfg.seed + s`, run name `<run_name>_sd<seed>`.
 
-    Every input error (missing or bad data file, a dataset with no window of `horizon_length`,
+    With `num_seeds == 1` this is `[cfg]` (the run name is kept as given).
+    """
+    if cfg.num_seeds == 1:
+        return [cfg]
+    configs = []
+    for s in range(cfg.num_seeds):
+        seed = cfg.seed + s
+        name = None if cfg.run_name is None else f"{cfg.run_name}_sd{seed}"
+        configs.append(dataclasses.replace(cfg, seed=seed, run_name=name))
+    return configs
+
+
+def _group_resume_states(configs: List[RunConfig], agents_: List, datasets: List[Dataset]) -> List[Optional[Dict]]:
+    """The states to continue, one per seed, all at one step: the newest step every seed has whole.
+
+    None for every seed when a fresh start is due (no such step). Locks every run directory.
+    """
+    finished = [
+        c.run_name for c in configs if os.path.isfile(os.path.join(c.save_dir, c.run_group, c.run_name, "DONE.json"))
+    ]
+    if finished and len(finished) < len(configs):
+        raise ValueError(
+            f"--resume: runs {finished} of this seed group have finished and the others have not; resume each "
+            "unfinished run alone (--num_seeds=1 --seed=<its seed> --run_name=<its name>)."
+        )
+    if finished:
+        raise RunFinished(", ".join(os.path.join(c.save_dir, c.run_group, c.run_name) for c in configs))
+    dirs = [_resume_point(c) for c in configs]
+    for d in dirs:
+        os.makedirs(d, exist_ok=True)
+        run_state.lock_run_dir(d)
+    if len(configs) == 1:
+        metas = [run_state.read_latest_usable_state(dirs[0], agents_[0], datasets[0])]
+    else:
+        metas = [None] * len(configs)
+        common = set.intersection(*[set(run_state.state_steps(d)) for d in dirs])
+        for step in sorted(common, reverse=True):
+            candidate = [
+                run_state.read_usable_state(d, step, a, ds) for d, a, ds in zip(dirs, agents_, datasets, strict=True)
+            ]
+            if all(m is not None for m in candidate):
+                metas = candidate
+                break
+    for d, meta in zip(dirs, metas, strict=True):
+        if meta is not None:
+            run_state.truncate_csvs(d, meta["csv_rows"])
+            logging.info("Resuming from %s (%s step %d)", meta["path"], meta["phase"], meta["step_in_phase"])
+        else:
+            shutil.rmtree(os.path.join(d, "state"), ignore_errors=True)  # a fresh start
+    return metas
+
+
+def setup_runs(cfg: RunConfig) -> List[Run]:
+    """Build envs and datasets, check them, create the agents, write the run directories.
+
+    One `Run` per seed of `--num_seeds` (`seed_configs`): the offline data is loaded once and shared
+    (read-only arrays); each seed gets its own environments, samplers and agent, seeded from its own
+    seed. Every input error (missing or bad data file, a dataset with no window of `horizon_length`,
     rendering that cannot work) is raised as `InputError` before training starts.
     """
-    from envs.env_utils import make_env_and_datasets
+    from envs.env_utils import envs_for_seed, make_env_and_datasets
 
+    configs = seed_configs(cfg)
     with input_errors():
         try:
             env_data = make_env_and_datasets(
@@ -1011,56 +1144,78 @@ def setup_experiment(cfg: RunConfig) -> Run:
         data_files = [d["path"] for d in env_data.metadata.get("datasets", []) if d.get("role", "train") == "train"]
         what = f"dataset {data_files[0]}" if data_files else "the offline dataset"
         try:
-            train_dataset = Dataset.create(
+            first_dataset = Dataset.create(
                 **env_data.train_dataset,
                 rng=seeding.numpy_rng(cfg.seed, "dataset"),
                 stop_reward_at_mask_zero=cfg.stop_reward_at_mask_zero,
             )
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from e
-        check_dataset_fits_env(train_dataset, env_data.env, cfg.env_name, what)
-        check_dataset_windows(train_dataset, cfg.horizon_length, what)
-        check_replay_buffer_memory(cfg, train_dataset)
+        check_dataset_fits_env(first_dataset, env_data.env, cfg.env_name, what)
+        check_dataset_windows(first_dataset, cfg.horizon_length, what)
+        check_replay_buffer_memory(cfg, first_dataset)
         if cfg.video_episodes > 0:
             check_rendering(cfg.env_name, env_data.eval_env)
-        example = train_dataset.sample(1, idxs=np.zeros(1, dtype=int))
-        agent = agents[cfg.agent["agent_name"]].create(
-            seeding.jax_key(cfg.seed, "agent"),
-            example["observations"],
-            example["actions"],
-            cfg.agent,
-        )
-        resume_dir = _resume_point(cfg)
-        resume_meta = None
-        if resume_dir is not None:
-            os.makedirs(resume_dir, exist_ok=True)
-            run_state.lock_run_dir(resume_dir)
-            resume_meta = run_state.read_latest_usable_state(resume_dir, agent, train_dataset)
-            if resume_meta is not None:
-                run_state.truncate_csvs(resume_dir, resume_meta["csv_rows"])
-                logging.info(
-                    "Resuming from %s (%s step %d)",
-                    resume_meta["path"],
-                    resume_meta["phase"],
-                    resume_meta["step_in_phase"],
-                )
+        example = first_dataset.sample(1, idxs=np.zeros(1, dtype=int))
+        env_datas, datasets, agents_ = [], [], []
+        for c in configs:
+            if c is configs[0]:
+                env_datas.append(env_data)
+                datasets.append(first_dataset)
             else:
-                shutil.rmtree(os.path.join(resume_dir, "state"), ignore_errors=True)  # a fresh start
-        run_dir, logger = setup_run(cfg, agent.config, env_data.metadata, resume_meta)
-    run = Run(
-        cfg=cfg,
-        agent=agent,
-        env_data=env_data,
-        train_dataset=train_dataset,
-        run_dir=run_dir,
-        logger=logger,
-        action_dim=int(example["actions"].shape[-1]),
-        example=example,
-        resume_meta=resume_meta,
-    )
-    if resume_meta is not None:
-        run.restore_offline(resume_meta)
-    return run
+                env_datas.append(envs_for_seed(env_data, c.env_name, c.seed, c.success_timing))
+                datasets.append(
+                    Dataset(
+                        dict(first_dataset),
+                        rng=seeding.numpy_rng(c.seed, "dataset"),
+                        stop_reward_at_mask_zero=cfg.stop_reward_at_mask_zero,
+                    )
+                )
+            agents_.append(
+                agents[cfg.agent["agent_name"]].create(
+                    seeding.jax_key(c.seed, "agent"), example["observations"], example["actions"], cfg.agent
+                )
+            )
+        metas = _group_resume_states(configs, agents_, datasets) if cfg.resume else [None] * len(configs)
+        group = None
+        if len(configs) > 1:
+            group = {"first_seed": cfg.seed, "num_seeds": cfg.num_seeds, "seeds": [c.seed for c in configs]}
+        runs = []
+        for c, data, dataset, agent, meta in zip(configs, env_datas, datasets, agents_, metas, strict=True):
+            metadata = dict(data.metadata, **({"seed_group": group} if group else {}))
+            run_dir, logger = setup_run(c, agent.config, metadata, meta)
+            run = Run(
+                cfg=c,
+                agent=agent,
+                env_data=data,
+                train_dataset=dataset,
+                run_dir=run_dir,
+                logger=logger,
+                action_dim=int(example["actions"].shape[-1]),
+                example=example,
+                resume_meta=meta,
+            )
+            if meta is not None:
+                run.restore_offline(meta)
+            runs.append(run)
+    if group:
+        names = [os.path.basename(r.run_dir) for r in runs]
+        for run in runs:
+            record_path = os.path.join(run.run_dir, "flags.json")
+            with open(record_path) as f:
+                record = json.load(f)
+            record["seed_group"] = dict(group, run_names=names)
+            write_json(record_path, record)
+    return runs
+
+
+def setup_experiment(cfg: RunConfig) -> Run:
+    """The one run of a single-seed `cfg` (`setup_runs`); `ValueError` for `--num_seeds` > 1."""
+    if cfg.num_seeds != 1:
+        raise ValueError(
+            "setup_experiment builds one run; use setup_runs (or seed_group.setup_group) for --num_seeds > 1"
+        )
+    return setup_runs(cfg)[0]
 
 
 # ------------------------------------------------------------------------------------------------ loop
@@ -1129,12 +1284,15 @@ def save_checkpoint(agent, run_dir: str, step: int, phase: str) -> str:
     return save_agent(agent, path, metadata={"step": int(step), "phase": phase})
 
 
-def evaluate_and_log(agent, eval_env, cfg: RunConfig, logger: Logger, step: int, action_dim: int) -> Dict:
+def evaluate_and_log(
+    agent, eval_env, cfg: RunConfig, logger: Logger, step: int, action_dim: int, vector_env=None
+) -> Dict:
     """Run `evaluation.evaluate` and log its stats under `eval` at `step`.
 
     The evaluation's policy key and reset seeds are the `evaluation` stream of `cfg.seed` at
-    `step` (`utils.seeding.evaluation_streams`), never the training streams. Returns the
-    stats (`success` is the success rate).
+    `step` (`utils.seeding.evaluation_streams`), never the training streams. With `vector_env`
+    the evaluation episodes run on it in lockstep (the same per-episode results); video episodes
+    always run on `eval_env`. Returns the stats (`success` is the success rate).
     """
     start = time.time()
     stats, _, renders = evaluate(
@@ -1147,6 +1305,7 @@ def evaluate_and_log(agent, eval_env, cfg: RunConfig, logger: Logger, step: int,
         seed=cfg.seed,
         step=step,
         progress=cfg.progress,
+        vector_env=vector_env,
     )
     stats["time"] = time.time() - start
     logger.log(stats, "eval", step=step)
@@ -1196,6 +1355,12 @@ class OnlineCollector:
     next_observations)` with `terminals = terminated or truncated` (trajectory end) and
     `masks = 1 - terminated` (no bootstrap only on a true termination), resets the env and the
     chunk queue at episode ends, and returns the final `info` of a finished episode (else None).
+
+    Run states (`state`/`restore`) can be taken at any step, mid-episode too: the state holds the
+    env's random generator as it was before the episode's reset, the actions executed since, the
+    rest of the current chunk and the current observation. `restore` resets the env from that
+    generator state and replays the actions (MuJoCo is deterministic), then checks that the replay
+    arrives at the saved observation exactly.
     """
 
     def __init__(self, env, action_dim: int, reward_fn, rng, reset_seed: Optional[int] = None):
@@ -1204,37 +1369,70 @@ class OnlineCollector:
         self.policy = Policy(None, rng)  # evaluation's policy wrapper; the agent is set at each step
         self.queue = ActionQueue(self.policy, action_dim)
         self.reset_seed = reset_seed
-        self.observation = None  # the env is reset at the start of the next step (a safe point for run states)
-
-    @property
-    def at_safe_point(self) -> bool:
-        """True between episodes: the next step starts with a reset and the chunk queue is empty."""
-        return self.observation is None
+        self.observation = None  # None: the env is reset at the start of the next step
+        self._episode_start = None  # (env generator state before the reset, the reset's seed)
+        self._episode_actions: List[np.ndarray] = []
 
     def state(self) -> Dict:
-        """JSON-able state at a safe point: the policy's key and the env's random generator."""
-        if not self.at_safe_point:
-            raise RuntimeError("the collector's state can only be taken between episodes")
-        return {
+        """JSON-able state at any step: policy key, env generator, and the episode in progress (if any)."""
+        state = {
             "policy_key": run_state.key_to_list(self.policy.rng),
             "env_rng": run_state.generator_state(self.env.unwrapped.np_random),
             "reset_seed": self.reset_seed,
+            "episode": None,
         }
+        if self.observation is not None:
+            start_rng, start_seed = self._episode_start
+            state["episode"] = {
+                "start_env_rng": start_rng,
+                "reset_seed": start_seed,
+                "actions": [np.asarray(a, dtype=np.float32).tolist() for a in self._episode_actions],
+                "queue": [np.asarray(a, dtype=np.float32).tolist() for a in self.queue._queue],
+                "observation": np.asarray(self.observation).tolist(),
+                "observation_dtype": str(np.asarray(self.observation).dtype),
+            }
+        return state
 
     def restore(self, state: Dict):
+        """Continue from `state`; an episode in progress is replayed. `RuntimeError` when the replay
+        does not reproduce the saved observation (a simulator that is not deterministic here)."""
         self.policy.rng = run_state.key_from_list(state["policy_key"])
-        run_state.set_generator_state(self.env.unwrapped.np_random, state["env_rng"])
         self.reset_seed = state["reset_seed"]
         self.observation = None
+        self._episode_start, self._episode_actions = None, []
         self.queue.reset()
+        episode = state.get("episode")
+        if episode is not None:
+            run_state.set_generator_state(self.env.unwrapped.np_random, episode["start_env_rng"])
+            self._episode_start = (episode["start_env_rng"], episode["reset_seed"])
+            observation, _ = self.env.reset(seed=episode["reset_seed"])
+            for action in episode["actions"]:
+                action = np.asarray(action, dtype=np.float32)
+                observation, _, terminated, truncated, _ = self.env.step(action)
+                self._episode_actions.append(action)
+                if terminated or truncated:
+                    raise RuntimeError("replaying the saved episode ended it early; the simulator is not deterministic")
+            saved = np.asarray(episode["observation"], dtype=episode["observation_dtype"])
+            if not np.array_equal(np.asarray(observation), saved):
+                raise RuntimeError(
+                    "replaying the saved episode did not reproduce its observation (largest difference "
+                    f"{np.max(np.abs(np.asarray(observation, dtype=np.float64) - saved)):.3g}); the simulator is not "
+                    "deterministic on this machine, so this run state cannot be continued exactly."
+                )
+            self.observation = observation
+            self.queue._queue = [np.asarray(a, dtype=np.float32) for a in episode["queue"]]
+        run_state.set_generator_state(self.env.unwrapped.np_random, state["env_rng"])
 
     def step(self, agent, buffer) -> Optional[Dict]:
         self.policy.agent = agent
         if self.observation is None:
+            self._episode_start = (run_state.generator_state(self.env.unwrapped.np_random), self.reset_seed)
+            self._episode_actions = []
             self.observation, _ = self.env.reset(seed=self.reset_seed)
             self.reset_seed = None  # seeds the first reset only; later resets continue the env's stream
         action = self.queue(self.observation)
         next_observation, reward, terminated, truncated, info = self.env.step(action)
+        self._episode_actions.append(np.asarray(action, dtype=np.float32))
         done = bool(terminated or truncated)
         buffer.add_transition(
             dict(

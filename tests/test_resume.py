@@ -3,7 +3,7 @@
 Each case runs a tiny driver to the end once without interruption, and once killed (SIGKILL from inside
 the process at a chosen step, after rows were logged beyond the latest state) and resumed with
 `--resume`. Both must end with the same `eval.csv`, `env.csv`, the same loss rows (timing columns
-aside) and the same final parameters. Also: the SIGTERM path (state at the next safe point, exit
+aside) and the same final parameters. Also: the SIGTERM path (state at once, mid-episode, exit
 status 3, then exact continuation), a finished run left alone, and damaged states skipped.
 """
 
@@ -42,7 +42,7 @@ MAIN = [
     "--online_steps=450",
     "--agent.actor_num_samples=4",
     "--agent.flow_steps=2",
-]  # cube-single episodes: 200 steps -> safe points at 200, 400
+]  # cube-single episodes: 200 steps
 ONLINE = ["--online_steps=450"]
 
 
@@ -109,8 +109,8 @@ def reference_runs(tmp_path_factory, dataset_path):
     "script, kill_at",
     [
         ("main.py", "offline:4"),  # latest state: offline step 3
-        ("main.py", "online:100"),  # latest state: the end of the offline phase
-        ("main.py", "online:250"),  # latest state: the episode end at online step 200
+        ("main.py", "online:100"),  # latest state: online step 99
+        ("main.py", "online:250"),  # latest state: online step 249, mid-episode (replayed on resume)
         ("main_online.py", "online:300"),
     ],
 )
@@ -124,12 +124,16 @@ def test_sigkill_then_resume_is_exact(tmp_path, dataset_path, reference_runs, sc
     _assert_same_run(reference_runs["main" if script == "main.py" else "online"], run_dir, final)
 
 
-def test_sigterm_writes_state_at_the_next_safe_point_then_resumes(tmp_path, dataset_path, reference_runs):
+def test_sigterm_writes_state_mid_episode_then_resumes(tmp_path, dataset_path, reference_runs):
     run_dir, result = _run("main.py", str(tmp_path), "t", dataset_path, *MAIN,
-                           env_extra={"QC_TEST_SIGNAL_AT": "online:120"}, expect=run_state.EXIT_PREEMPTED)  # fmt: skip
+                           env_extra={"QC_TEST_SIGNAL_AT": "online:121"}, expect=run_state.EXIT_PREEMPTED)  # fmt: skip
     with open(os.path.join(run_state.latest_state(run_dir), "state.json")) as f:
         meta = json.load(f)
-    assert (meta["phase"], meta["step_in_phase"]) == ("online", 200)  # the next episode end after step 120
+    # The state is written at the signal's step, in the middle of an episode (200 steps) and of a chunk (h = 3):
+    # the episode's actions are saved and replayed on resume, the rest of the chunk is kept.
+    assert (meta["phase"], meta["step_in_phase"]) == ("online", 121)
+    episode = meta["collector"]["episode"]
+    assert len(episode["actions"]) == 121 and len(episode["queue"]) == 2
     _run("main.py", str(tmp_path), "t", dataset_path, *MAIN, "--resume")
     _assert_same_run(reference_runs["main"], run_dir, 456)
     # A finished run is left alone.

@@ -108,15 +108,22 @@ def _run(monkeypatch, tmp_path, *args):
     )
 
 
-def test_checkpoint_is_written_before_a_failing_evaluation(monkeypatch, tmp_path):
-    run = _run(monkeypatch, tmp_path, "--offline_steps=10", "--eval_interval=5", "--save_interval=5")
+@pytest.mark.parametrize("through_group", [False, True])
+def test_checkpoint_is_written_before_a_failing_evaluation(monkeypatch, tmp_path, through_group):
+    run = _run(monkeypatch, tmp_path, "--offline_steps=10", "--eval_interval=5", "--save_interval=5", "--eval_envs=1")
 
     def failing_evaluation(*args, **kwargs):
         raise RuntimeError("renderer crashed")
 
     monkeypatch.setattr(run_utils, "evaluate_and_log", failing_evaluation)
     with pytest.raises(RuntimeError, match="renderer crashed"):
-        run.end_of_step({"w": np.arange(3.0)}, 10, phase="offline")  # any flax-serializable pytree
+        if through_group:  # what the drivers call
+            import seed_group
+
+            run.agent = {"w": np.arange(3.0)}
+            seed_group.SeedGroup([run]).end_of_step(10, phase="offline")
+        else:
+            run.end_of_step({"w": np.arange(3.0)}, 10, phase="offline")  # any flax-serializable pytree
     assert load_checkpoint_metadata(os.path.join(tmp_path, "checkpoints", "agent_10.msgpack")) == {
         "step": 10,
         "phase": "offline",

@@ -1,0 +1,370 @@
+"""Several seeds in one process (`--num_seeds`), k updates per dispatch, mid-episode run states, time split.
+
+Fast tests check the pieces (stacking, the vmapped update against separate updates, dispatch sizes,
+the collector's mid-episode state, the time split). The slow tests run the drivers: each seed of a
+group must match the single-seed run of that seed, a killed group must resume exactly, and the
+offline dispatch must give the batches its sampler promises.
+"""
+
+import csv
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import types
+
+import jax
+import numpy as np
+import pytest
+
+import offline_dispatch
+import run_state
+import run_utils
+import seed_group
+from agents.acfql import ACFQLAgent, get_config
+from tests.test_cli import parse
+from utils.datasets import ReplayBuffer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# ---------------------------------------------------------------- pieces
+
+
+def _tiny_agent(seed, horizon=2):
+    config = get_config()
+    config.update(
+        dict(horizon_length=horizon, actor_hidden_dims=(8, 8), value_hidden_dims=(8, 8), batch_size=4, flow_steps=2)
+    )
+    config["actor_num_samples"] = 3
+    return ACFQLAgent.create(seed, np.zeros((1, 3), np.float32), np.zeros((1, 2), np.float32), dict(config))
+
+
+def _batch(rng, h=2, b=4):
+    return {
+        "observations": rng.normal(size=(b, 3)).astype(np.float32),
+        "actions": rng.uniform(-1, 1, size=(b, h, 2)).astype(np.float32),
+        "next_observations": rng.normal(size=(b, h, 3)).astype(np.float32),
+        "rewards": rng.normal(size=(b, h)).astype(np.float32),
+        "masks": np.ones((b, h), np.float32),
+        "valid": np.ones((b, h), np.float32),
+    }
+
+
+def test_vmapped_update_equals_separate_updates():
+    agents = [_tiny_agent(seed) for seed in (0, 1, 2)]
+    group = seed_group.SeedGroup([types.SimpleNamespace(agent=a, cfg=None) for a in agents])
+    rng = np.random.default_rng(0)
+    singles = list(agents)
+    for _ in range(5):
+        batches = [_batch(rng) for _ in agents]
+        info = group.update({k: np.stack([b[k] for b in batches]) for k in batches[0]})
+        for s, batch in enumerate(batches):
+            singles[s], single_info = singles[s].update(batch)
+            np.testing.assert_allclose(np.asarray(info["critic/critic_loss"])[s], single_info["critic/critic_loss"],
+                                       rtol=1e-5)  # fmt: skip
+    for s in range(3):
+        sliced = jax.tree_util.tree_leaves(group.agent_for(s))
+        for a, b in zip(sliced, jax.tree_util.tree_leaves(singles[s]), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    # The per-seed policy acts like the seed's own agent.
+    obs, key = rng.normal(size=(3,)).astype(np.float32), jax.random.PRNGKey(3)
+    np.testing.assert_allclose(
+        np.asarray(group.policy_for(1).sample_actions(obs, key)),
+        np.asarray(group.agent_for(1).sample_actions(obs, key)),
+        rtol=1e-6,
+    )
+
+
+def test_stack_then_slice_gives_back_each_agent():
+    agents = [_tiny_agent(seed) for seed in (4, 5)]
+    stacked = seed_group.stack_agents(agents)
+    assert jax.tree_util.tree_leaves(stacked)[0].shape[0] == 2
+    for s, agent in enumerate(agents):
+        for a, b in zip(jax.tree_util.tree_leaves(seed_group.agent_slice(stacked, s)),
+                        jax.tree_util.tree_leaves(agent), strict=True):  # fmt: skip
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def _cfg(**overrides):
+    values = dict(
+        updates_per_dispatch=10,
+        offline_steps=95,
+        log_interval=25,
+        eval_interval=40,
+        save_interval=-1,
+        state_interval=0,
+        dataset_replace_interval=0,
+    )
+    values.update(overrides)
+    return types.SimpleNamespace(**values)
+
+
+@pytest.mark.parametrize(
+    "overrides, expected_ends",
+    [
+        ({}, [10, 20, 25, 35, 40, 50, 60, 70, 75, 80, 90, 95]),
+        ({"updates_per_dispatch": 100, "eval_interval": 0}, [25, 50, 75, 95]),
+        ({"updates_per_dispatch": 100, "log_interval": 1000, "eval_interval": 0}, [95]),
+        # A shard switch before step 31 and 61: a dispatch starts there, none runs across it.
+        (
+            {"updates_per_dispatch": 100, "log_interval": 1000, "eval_interval": 0, "dataset_replace_interval": 30},
+            [29, 59, 89, 95],
+        ),  # fmt: skip
+        (
+            {"updates_per_dispatch": 7, "log_interval": 1000, "eval_interval": 0, "state_interval": 20},
+            [7, 14, 20, 27, 34, 40, 47, 54, 60, 67, 74, 80, 87, 94, 95],
+        ),  # fmt: skip
+    ],
+)
+def test_dispatches_stop_where_something_happens(overrides, expected_ends):
+    cfg, done, ends = _cfg(**overrides), 0, []
+    while done < cfg.offline_steps:
+        done += offline_dispatch.dispatch_size(done, cfg)
+        ends.append(done)
+    assert ends == expected_ends
+
+
+def test_time_split_sections():
+    split = seed_group.TimeSplit()
+    with split("updates"):
+        time.sleep(0.02)
+    with split("sampling"):
+        time.sleep(0.01)
+    metrics = split.metrics()
+    assert metrics["time/updates_s"] >= 0.02 and metrics["time/sampling_s"] >= 0.01
+    assert metrics["time/evaluation_s"] == 0.0
+    fracs = sum(metrics[f"time/{name}_frac"] for name in seed_group.TIME_SECTIONS) + metrics["time/other_frac"]
+    assert math.isclose(fracs, 1.0, rel_tol=1e-6)
+    with pytest.raises(ValueError, match="unknown time section"):
+        with split("coffee"):
+            pass
+
+
+def test_seed_configs_name_each_seed(monkeypatch):
+    cfg = parse(monkeypatch, "main", "--num_seeds=3", "--seed=5", "--run_name=x")
+    configs = run_utils.seed_configs(cfg)
+    assert [(c.seed, c.run_name) for c in configs] == [(5, "x_sd5"), (6, "x_sd6"), (7, "x_sd7")]
+    assert all(c.num_seeds == 3 for c in configs)
+    one = parse(monkeypatch, "main", "--run_name=x")
+    assert run_utils.seed_configs(one) == [one]
+    unnamed = dataclasses.replace(cfg, run_name=None)
+    assert [c.run_name for c in run_utils.seed_configs(unnamed)] == [None, None, None]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--num_seeds=0"], "--num_seeds=0 must be >= 1"),
+        (["--seed=4294967295", "--num_seeds=2"], "the last seed, 4294967296, is outside"),
+        (["--updates_per_dispatch=0"], "--updates_per_dispatch=0 must be >= 1"),
+    ],
+)
+def test_bad_group_flags(monkeypatch, argv, message):
+    with pytest.raises(run_utils.InputError, match=message):
+        parse(monkeypatch, "main", *argv)
+
+
+def test_collector_state_mid_episode_replays_exactly():
+    """A state taken in the middle of an episode and of a chunk continues with identical transitions."""
+    from envs.ogbench_utils import make_ogbench_env
+    from envs.wrappers import EpisodeMonitor
+
+    def make():
+        env = EpisodeMonitor(make_ogbench_env("cube-single-play-singletask-task1-v0"))
+        env.reset(seed=11)
+        return env
+
+    class Agent:  # noise-driven chunks of h = 3 actions
+        def sample_actions(self, observations, rng):
+            return jax.random.uniform(rng, (3 * 5,), minval=-1, maxval=1)
+
+    def new_buffer():
+        example = dict(observations=np.zeros(28, np.float32), actions=np.zeros(5, np.float32),
+                       rewards=np.float32(0), terminals=np.float32(0), masks=np.float32(1),
+                       next_observations=np.zeros(28, np.float32))  # fmt: skip
+        return ReplayBuffer.create(example, size=200)
+
+    agent = Agent()
+    a = run_utils.OnlineCollector(make(), 5, lambda r: r, jax.random.PRNGKey(0))
+    buffer_a = new_buffer()
+    for _ in range(37):
+        a.step(agent, buffer_a)
+    state = json.loads(json.dumps(a.state()))  # as it goes through state.json
+    assert len(state["episode"]["actions"]) == 37 and len(state["episode"]["queue"]) == 2
+    b = run_utils.OnlineCollector(make(), 5, lambda r: r, jax.random.PRNGKey(99))
+    b.env.reset(seed=12345)  # another generator state: restore must set it
+    b.restore(state)
+    buffer_b = new_buffer()
+    for _ in range(30):
+        a.step(agent, buffer_a)
+        b.step(agent, buffer_b)
+    for k in buffer_b:
+        np.testing.assert_array_equal(buffer_a[k][37:67], buffer_b[k][:30])
+    # A state whose observation does not match the replay is refused.
+    state["episode"]["observation"][0] += 1e-3
+    c = run_utils.OnlineCollector(make(), 5, lambda r: r, jax.random.PRNGKey(0))
+    with pytest.raises(RuntimeError, match="did not reproduce"):
+        c.restore(state)
+
+
+# ---------------------------------------------------------------- the drivers (slow)
+
+TINY = [
+    "--agent.actor_hidden_dims=(16,16)",
+    "--agent.value_hidden_dims=(16,16)",
+    "--agent.batch_size=8",
+    "--env_name=cube-single-play-singletask-task1-v0",
+    "--eval_episodes=2",
+    "--buffer_size=2000",
+    "--progress=False",
+    "--horizon_length=3",
+    "--start_training=2",
+]
+MAIN = ["--agent.actor_num_samples=4", "--agent.flow_steps=2"]
+
+
+@pytest.fixture(scope="module")
+def dataset_path(tmp_path_factory):
+    from envs.generate_dataset import generate_dataset
+
+    path = str(tmp_path_factory.mktemp("data") / "cube-single-play-v0.npz")
+    generate_dataset(
+        "cube-single-play-v0", num_episodes=2, seed=0, save_path=path, max_episode_steps=60, progress=False
+    )
+    return path
+
+
+def _run(script, save_dir, name, dataset_path, *extra, env_extra=None, expect=0):
+    cmd = [sys.executable, script, f"--save_dir={save_dir}", "--run_group=g", f"--run_name={name}",
+           f"--dataset_path={dataset_path}", *TINY, *extra]  # fmt: skip
+    env = dict(os.environ, JAX_PLATFORMS="cpu", WANDB_MODE="disabled", **(env_extra or {}))
+    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == expect, result.stderr[-3000:]
+    return os.path.join(save_dir, "g")
+
+
+def _rows(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def _numbers(rows, skip=("time", "episode.duration")):
+    return [{k: float(v) for k, v in r.items() if v != "" and not k.startswith(skip)} for r in rows]
+
+
+def _assert_close_rows(a, b, rtol, other_rtol=None):
+    """Rows equal in keys; values within `rtol` (keys with `loss`: within `rtol` and the others within
+    `other_rtol` when it is given: statistics of near-zero values such as `critic/q_max` amplify float noise)."""
+    assert len(a) == len(b) and a
+    for x, y in zip(a, b, strict=True):
+        assert x.keys() == y.keys()
+        for k in x:
+            tol = rtol if other_rtol is None or "loss" in k else other_rtol
+            assert math.isclose(x[k], y[k], rel_tol=tol, abs_tol=1e-6), (k, x[k], y[k])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["main.py", "main_online.py"])
+def test_each_seed_of_a_group_matches_its_single_seed_run(tmp_path, dataset_path, script):
+    """`--num_seeds=2` vs separate runs of seeds 3 and 4: losses of the first 100 steps within 1e-4
+    relative, evaluation success (and returns) equal, and flags.json as a single-seed run's."""
+    extra = [*MAIN, "--offline_steps=100", "--online_steps=60"] if script == "main.py" else ["--online_steps=120"]
+    extra += ["--log_interval=1", "--eval_interval=50"]
+    save = str(tmp_path)
+    for seed in (3, 4):
+        _run(script, save, f"single{seed}", dataset_path, *extra, f"--seed={seed}")
+    _run(script, save, "group", dataset_path, *extra, "--seed=3", "--num_seeds=2")
+    group_dir = os.path.join(save, "g")
+    for seed in (3, 4):
+        single, member = os.path.join(group_dir, f"single{seed}"), os.path.join(group_dir, f"group_sd{seed}")
+        losses = "offline_agent.csv" if script == "main.py" else "online_agent.csv"
+        _assert_close_rows(_numbers(_rows(os.path.join(single, losses)))[:100],
+                           _numbers(_rows(os.path.join(member, losses)))[:100], rtol=1e-4, other_rtol=1e-2)  # fmt: skip
+        evals_single, evals_member = (
+            _numbers(_rows(os.path.join(single, "eval.csv"))),
+            _numbers(_rows(os.path.join(member, "eval.csv"))),
+        )
+        assert [r["success"] for r in evals_single] == [r["success"] for r in evals_member]
+        _assert_close_rows(evals_single, evals_member, rtol=1e-4)
+        with open(os.path.join(single, "flags.json")) as f:
+            flags_single = json.load(f)
+        with open(os.path.join(member, "flags.json")) as f:
+            flags_member = json.load(f)
+        assert flags_member["flags"]["seed"] == seed
+        assert flags_member["seed_group"]["run_names"] == ["group_sd3", "group_sd4"]
+        ignore = ("run_name", "num_seeds")
+        assert {k: v for k, v in flags_single["flags"].items() if k not in ignore} == {
+            k: v for k, v in flags_member["flags"].items() if k not in ignore
+        }
+        assert os.path.isfile(os.path.join(member, "DONE.json"))
+
+
+def _params(run_dir, step):
+    from flax import serialization
+
+    with open(os.path.join(run_dir, "checkpoints", f"agent_{step}.msgpack"), "rb") as f:
+        payload = serialization.msgpack_restore(f.read())
+    return jax.tree_util.tree_leaves(payload["agent"]["network"]["params"])
+
+
+def _assert_same(a, b, final_step):
+    for name in ("eval.csv", "env.csv", "offline_agent.csv", "online_agent.csv"):
+        ra = [{k: v for k, v in r.items() if not k.startswith("time") and "duration" not in k}
+              for r in _rows(os.path.join(a, name))]  # fmt: skip
+        rb = [{k: v for k, v in r.items() if not k.startswith("time") and "duration" not in k}
+              for r in _rows(os.path.join(b, name))]  # fmt: skip
+        assert ra == rb, name
+    for x, y in zip(_params(a, final_step), _params(b, final_step), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "kill_at, extra, final",
+    [
+        ("online:100", ["--online_steps=250"], 290),  # mid-episode in the online phase (episodes are 200 steps)
+        # between two dispatches of the device sampler
+        ("offline:30", ["--online_steps=0", "--updates_per_dispatch=10", "--offline_sampler=device"], 40),
+    ],
+)
+def test_killed_group_resumes_exactly(tmp_path, dataset_path, kill_at, extra, final):
+    args = [*MAIN, "--offline_steps=40", "--log_interval=10", "--eval_interval=100", "--state_interval=3",
+            "--num_seeds=2", *extra]  # fmt: skip
+    save = str(tmp_path)
+    _run("main.py", save, "ref", dataset_path, *args)
+    _run("main.py", save, "cut", dataset_path, *args, env_extra={"QC_TEST_KILL_AT": kill_at}, expect=-9)
+    group_dir = os.path.join(save, "g")
+    assert run_state.state_steps(os.path.join(group_dir, "cut_sd0")) == run_state.state_steps(
+        os.path.join(group_dir, "cut_sd1")
+    )
+    _run("main.py", save, "cut", dataset_path, *args, "--resume")
+    for seed in (0, 1):
+        _assert_same(os.path.join(group_dir, f"ref_sd{seed}"), os.path.join(group_dir, f"cut_sd{seed}"), final)
+
+
+@pytest.mark.slow
+def test_offline_dispatch_samplers(tmp_path, dataset_path):
+    """host sampler with k = 7 equals the one-step loop exactly; the device sampler gives the same run for k = 4
+    and k = 10; a resume with the other sampler is refused."""
+    args = [*MAIN, "--offline_steps=40", "--online_steps=0", "--log_interval=5", "--eval_interval=0"]
+    save = str(tmp_path)
+    _run("main.py", save, "k1", dataset_path, *args)
+    _run("main.py", save, "host7", dataset_path, *args, "--updates_per_dispatch=7", "--offline_sampler=host")
+    _run("main.py", save, "dev4", dataset_path, *args, "--updates_per_dispatch=4", "--offline_sampler=device")
+    _run("main.py", save, "dev10", dataset_path, *args, "--updates_per_dispatch=10")  # auto: device (it fits)
+    g = os.path.join(save, "g")
+    _assert_same(os.path.join(g, "k1"), os.path.join(g, "host7"), 40)
+    _assert_same(os.path.join(g, "dev4"), os.path.join(g, "dev10"), 40)
+    assert _rows(os.path.join(g, "k1", "offline_agent.csv")) != _rows(os.path.join(g, "dev4", "offline_agent.csv"))
+    # Every row carries the time split.
+    row = _rows(os.path.join(g, "dev10", "offline_agent.csv"))[-1]
+    assert {f"time/{s}_frac" for s in seed_group.TIME_SECTIONS} <= row.keys()
+    # A device-sampled offline phase cannot be resumed on the host sampler.
+    _run("main.py", save, "mix", dataset_path, *args, "--updates_per_dispatch=10", "--offline_sampler=device",
+         "--state_interval=10", env_extra={"QC_TEST_KILL_AT": "offline:20"}, expect=-9)  # fmt: skip
+    _run("main.py", save, "mix", dataset_path, *args, "--resume", expect=2)
