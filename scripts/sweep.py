@@ -22,6 +22,13 @@ Each run is
 (`cube-double-t2_h5_N32_sd0`: the env's short form, the swept values, the seed), and `--sweep_info`
 (`{"sweep": ..., "swept": {flag: value}, "seed": S}`) is recorded in its `flags.json` and wandb config.
 
+Seed groups. With `--seeds_per_process=S` (S > 1) the seeds of each grid point and task are cut, in the order of
+`--seeds`, into groups of at most S consecutive seeds (`0-7` and S=3: 0-2, 3-5, 6-7); each group is one driver process
+`... --seed=<first> --num_seeds=<size> --run_name=<name without _sd<seed>> ...` (agents vmapped), named
+`<name>_sd<first>-<last>` (its log and SLURM array task), which writes the same run directories `<name>_sd<seed>/`
+as one process per seed would. A group is finished when all of its runs are; when only some are, the others run
+one seed per process (the commands of S=1). A group of one seed is an ordinary run.
+
 Finished runs (`<run_dir>/DONE.json`) are skipped; running the same command again (same `--sweep_name`) relaunches
 the others with `--resume`, so they continue from their latest saved state.
 
@@ -152,6 +159,8 @@ def parse_grid(spec: str) -> Axis:
             "--grid=horizon_length=1,5 or --grid=agent.actor_num_samples=4,32)"
         )
     key = m.group(1)
+    if key == "num_seeds":
+        raise InputError(f"--grid={spec}: the sweep sets --num_seeds; use its --seeds_per_process")
     if key in SWEEP_FLAGS:
         what = "--seeds" if key == "seed" else "the sweep's own flags"
         raise InputError(f"--grid={spec}: --{key} is set by the sweep for every run (use {what})")
@@ -314,6 +323,10 @@ def check_flags(driver: str, axes: Sequence[Axis], fixed: Sequence[str]):
     for name in fixed_names:
         if not known(name):
             raise InputError(f"{script} has no flag --{name} (after --)")
+        if name == "num_seeds":
+            raise InputError(
+                "--num_seeds (after --): the sweep sets it; use --seeds_per_process=S to train S seeds in one process"
+            )
         base = name[2:] if name.startswith("no") and name[2:] in SWEEP_FLAGS else name
         if base in SWEEP_FLAGS:
             hint = ": pass --save_dir to the sweep itself" if base == "save_dir" else ""
@@ -336,7 +349,8 @@ class SweepRun(submitit.helpers.Checkpointable):
 
     The same object runs locally (called from the local executor's threads) and as a submitit job. Protocol:
 
-    * `DONE.json` in `run_dir` already: nothing to do (`status: skipped`).
+    * `DONE.json` in `run_dir` already (for a seed group, in every directory of `run_dirs`): nothing to do
+      (`status: skipped`).
     * The driver exits 0: `status: finished`.
     * It exits 3 (its state is written) while no preemption was signalled to this wrapper: it is relaunched
       in place with `--resume` (a requeue within the same job), at most `max_requeues` times in all (then
@@ -362,10 +376,17 @@ class SweepRun(submitit.helpers.Checkpointable):
         max_requeues: int = 10,
         signal_grace_s: float = 240.0,
         env: Optional[Dict[str, str]] = None,
+        run_dirs: Optional[Sequence[str]] = None,
+        group_name: Optional[str] = None,
     ):
+        """`run_dirs`: a seed group's run directories (`--num_seeds`), one per seed, `run_dir` the first one's;
+        default `[run_dir]`. `group_name`: the seed group a single-seed run belongs to when its group was split
+        (some seeds finished), so that a job of the whole group still queued is recognised."""
         self.name = name
         self.command = list(command)
         self.run_dir = run_dir
+        self.run_dirs = list(run_dirs) if run_dirs else [run_dir]
+        self.group_name = group_name
         self.log_path = log_path
         self.cwd = cwd
         self.max_requeues = max_requeues
@@ -396,6 +417,19 @@ class SweepRun(submitit.helpers.Checkpointable):
     @property
     def done_path(self) -> str:
         return os.path.join(self.run_dir, DONE_FILE)
+
+    @property
+    def done_paths(self) -> List[str]:
+        return [os.path.join(d, DONE_FILE) for d in self.run_dirs]
+
+    @property
+    def seed_names(self) -> List[str]:
+        """The names of the run directories this process trains (one per seed; `[name]` for a single seed)."""
+        return [os.path.basename(os.path.normpath(d)) for d in self.run_dirs]
+
+    def is_done(self) -> bool:
+        """Whether every run of this process is finished (`DONE.json` in each run directory)."""
+        return all(os.path.exists(p) for p in self.done_paths)
 
     def note(self, message: str):
         """Append `[sweep <time>] message` to the run's log."""
@@ -448,8 +482,11 @@ class SweepRun(submitit.helpers.Checkpointable):
         self.signal_driver(signal.SIGTERM)
 
     def __call__(self) -> Dict:
-        if os.path.exists(self.done_path):
-            self.note(f"{self.done_path} exists: the run is finished, nothing to do")
+        if self.is_done():
+            if len(self.run_dirs) == 1:
+                self.note(f"{self.done_path} exists: the run is finished, nothing to do")
+            else:
+                self.note(f"{', '.join(self.done_paths)} exist: the seed group is finished, nothing to do")
             return {"name": self.name, "status": "skipped", "returncode": 0, "requeues": self.requeues}
         main_thread = threading.current_thread() is threading.main_thread()
         previous = signal.getsignal(signal.SIGTERM) if main_thread else None
@@ -507,8 +544,28 @@ class SweepRun(submitit.helpers.Checkpointable):
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 
 
+def seed_groups(seeds: List[int], per_process: int, text: str) -> List[List[int]]:
+    """`seeds` cut, in order, into groups of `per_process` (the last may be smaller), each of consecutive seeds.
+
+    A process trains seeds `--seed .. --seed+num_seeds-1`, so `InputError` for a group that is not `s, s+1, ...`.
+    """
+    groups = [seeds[i : i + per_process] for i in range(0, len(seeds), per_process)]
+    for group in groups:
+        if group != list(range(group[0], group[0] + len(group))):
+            raise InputError(
+                f"--seeds={text} with --seeds_per_process={per_process}: the seeds {','.join(map(str, group))} would "
+                f"share one process, which trains consecutive seeds (s, s+1, ...); list the seeds so that each "
+                f"{per_process} in a row are consecutive (e.g. --seeds=0-{2 * per_process - 1})"
+            )
+    return groups
+
+
 def build_runs(args, fixed: List[str]) -> List[SweepRun]:
-    """Expand the grid into `SweepRun`s (product of the axes in order, then tasks, then seeds)."""
+    """Expand the grid into `SweepRun`s (product of the axes in order, then tasks, then seeds).
+
+    With `--seeds_per_process` > 1, one `SweepRun` per seed group (`seed_groups`), except that a group with some
+    runs finished and others not becomes one single-seed run per seed (the driver resumes no partly finished group).
+    """
     driver = DRIVERS[os.path.basename(args.driver)]
     axes = [parse_grid(g) for g in args.grid]
     keys = [a.key for a in axes]
@@ -516,6 +573,7 @@ def build_runs(args, fixed: List[str]) -> List[SweepRun]:
     if repeated:
         raise InputError(f"--grid={repeated[0]}=... is given twice; list all its values in one --grid")
     seeds = parse_int_list(args.seeds, "seeds", 0, 2**32 - 1)
+    groups = seed_groups(seeds, args.seeds_per_process, args.seeds)
     tasks = parse_int_list(args.tasks, "tasks", 1, 5) if args.tasks else None
     if tasks is not None and "env_name" in keys:
         raise InputError("--tasks and --grid=env_name=... together: list the env names with their tasks instead")
@@ -530,9 +588,38 @@ def build_runs(args, fixed: List[str]) -> List[SweepRun]:
     python = sys.executable
     driver_path = args.driver_path
     cwd = os.getcwd()
-    runs = []
-    for combo in itertools.product(*[a.values for a in axes], tasks or [None], seeds):
-        *values, task, seed = combo
+
+    def make_run(swept, run_flags, name, seed, num_seeds, run_name, run_dirs=None, group_name=None):
+        """One driver process: seeds `seed .. seed+num_seeds-1` of the grid point `swept`."""
+        info = {"sweep": sweep, "swept": {k: typed(v) for k, v in swept.items()}, "seed": seed}
+        command = [
+            python,
+            driver_path,
+            *fixed,
+            *run_flags,
+            f"--seed={seed}",
+            *([f"--num_seeds={num_seeds}"] if num_seeds > 1 else []),
+            f"--run_group={sweep}",
+            f"--run_name={run_name}",
+            "--resume",
+            "--sweep_info=" + json.dumps(info, separators=(",", ":")),
+            f"--save_dir={args.save_dir}",
+        ]
+        return SweepRun(
+            name=name,
+            command=command,
+            run_dir=(run_dirs or [os.path.join(args.save_dir, sweep, name)])[0],
+            log_path=os.path.join(args.save_dir, sweep, "logs", f"{name}.log"),
+            cwd=cwd,
+            max_requeues=args.max_requeues,
+            signal_grace_s=max(10.0, args.slurm_signal_delay_s - 30.0),
+            run_dirs=run_dirs,
+            group_name=group_name,
+        )
+
+    runs, names = [], []  # names: every run's and seed group's name, whether launched or not
+    for combo in itertools.product(*[a.values for a in axes], tasks or [None]):
+        *values, task = combo
         swept = dict(zip(keys, values, strict=True))
         env_name = swept.get("env_name", base_env)
         run_flags = [f"--{k}={v}" for k, v in swept.items()]
@@ -541,41 +628,38 @@ def build_runs(args, fixed: List[str]) -> List[SweepRun]:
             swept = {"env_name": env_name, **swept}
             run_flags = [f"--env_name={env_name}"] + run_flags
         parts = [sanitize(env_short_name(env_name))] + [name_part(k, v) for k, v in swept.items() if k != "env_name"]
-        name = "_".join([p for p in parts if p] + [f"sd{seed}"])
-        info = {"sweep": sweep, "swept": {k: typed(v) for k, v in swept.items()}, "seed": seed}
-        command = [
-            python,
-            driver_path,
-            *fixed,
-            *run_flags,
-            f"--seed={seed}",
-            f"--run_group={sweep}",
-            f"--run_name={name}",
-            "--resume",
-            "--sweep_info=" + json.dumps(info, separators=(",", ":")),
-            f"--save_dir={args.save_dir}",
-        ]
-        runs.append(
-            SweepRun(
-                name=name,
-                command=command,
-                run_dir=os.path.join(args.save_dir, sweep, name),
-                log_path=os.path.join(args.save_dir, sweep, "logs", f"{name}.log"),
-                cwd=cwd,
-                max_requeues=args.max_requeues,
-                signal_grace_s=max(10.0, args.slurm_signal_delay_s - 30.0),
+        parts = [p for p in parts if p]
+        for group in groups:
+            # The driver names a group member's directory <run_name>_sd<seed>: the single-seed run's name.
+            single_names = ["_".join(parts + [f"sd{seed}"]) for seed in group]
+            names += single_names
+            if len(group) == 1:
+                runs.append(make_run(swept, run_flags, single_names[0], group[0], 1, single_names[0]))
+                continue
+            group_name = "_".join(parts + [f"sd{group[0]}-{group[-1]}"])
+            names.append(group_name)
+            run_dirs = [os.path.join(args.save_dir, sweep, n) for n in single_names]
+            finished = [
+                n for n, d in zip(single_names, run_dirs, strict=True) if os.path.exists(os.path.join(d, DONE_FILE))
+            ]
+            if not finished or len(finished) == len(group):
+                runs.append(make_run(swept, run_flags, group_name, group[0], len(group), "_".join(parts), run_dirs))
+                continue
+            print(
+                f"seed group {group_name}: {', '.join(finished)} finished, the others run one seed per process",
+                file=sys.stderr,
             )
-        )
+            for seed, name in zip(group, single_names, strict=True):
+                runs.append(make_run(swept, run_flags, name, seed, 1, name, group_name=group_name))
     if not runs:
         raise InputError("the sweep has no runs")
-    names = [r.name for r in runs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise InputError(
             f"run name {duplicates[0]} is given to {names.count(duplicates[0])} runs (values that differ only in "
             f"characters outside [{NAME_CHARS}]?); make the grid values distinct"
         )
-    assert len(set(names)) == len(names)
+    assert len({r.name for r in runs}) == len(runs)
     too_long = [n for n in names if len(n) > MAX_NAME_LENGTH]
     if too_long:
         raise InputError(f"run name {too_long[0]} is longer than {MAX_NAME_LENGTH} characters; sweep fewer flags")
@@ -770,6 +854,14 @@ def queued_jobs(jobs_path: str) -> Dict[str, str]:
     return {name: job for name, job in submitted.items() if job in active}
 
 
+def queued_as(run: SweepRun, queued: Dict[str, str]) -> Optional[str]:
+    """The name in `queued` (job name -> id) of a job that trains one of `run`'s seeds, or None."""
+    for name in [run.name, *run.seed_names, *([run.group_name] if run.group_name else [])]:
+        if name in queued:
+            return name
+    return None
+
+
 def run_slurm(runs: List[SweepRun], args) -> int:
     """Submit the runs as one job array; print the job ids and where the outputs go."""
     group_dir = os.path.abspath(os.path.join(args.save_dir, args.sweep_name))
@@ -778,6 +870,7 @@ def run_slurm(runs: List[SweepRun], args) -> int:
     os.makedirs(os.path.join(group_dir, "logs"), exist_ok=True)
     for run in runs:  # absolute paths: the job runs wherever SLURM puts it
         run.log_path, run.run_dir = os.path.abspath(run.log_path), os.path.abspath(run.run_dir)
+        run.run_dirs = [os.path.abspath(d) for d in run.run_dirs]
     executor = make_slurm_executor(args, folder, len(runs))
     if SweepRun.__module__ != "__main__":  # imported (tests): pickle the class itself, not a module reference
         import cloudpickle
@@ -856,6 +949,16 @@ def make_parser() -> argparse.ArgumentParser:
         "brackets: 'agent.actor_hidden_dims=(256,256),(512,512)' or '...=(256,256);(512,512)'.",
     )
     add("--seeds", default="0", help="Seeds of every grid point: a list and ranges, e.g. 0,1 or 0-3 (default: 0).")
+    add(
+        "--seeds_per_process",
+        type=_int_at_least(1),
+        default=1,
+        metavar="S",
+        help="Train up to S seeds in one driver process (the driver's --num_seeds, agents vmapped): the --seeds of "
+        "each grid point and task are cut, in the order given, into groups of S (the last may be smaller), each of "
+        "consecutive seeds, one process (and SLURM array task) per group, named <run>_sd<first>-<last>. Every seed "
+        "still gets its own run directory <run>_sd<seed>, as with one seed per process (default: 1).",
+    )
     add(
         "--tasks",
         help="OGBench task numbers (1-5): each run's --env_name becomes ...-singletask-task{N}-v0 (the --env_name "
@@ -951,16 +1054,21 @@ def run(args, fixed: List[str]) -> int:
         raise InputError(f"--save_dir={args.save_dir} is a file, not a directory")
     args.driver_path = resolve_driver(args.driver)
     runs = build_runs(args, fixed)
-    skipped = [r for r in runs if os.path.exists(r.done_path)]
-    todo = [r for r in runs if not os.path.exists(r.done_path)]
+    skipped = [r for r in runs if r.is_done()]
+    todo = [r for r in runs if not r.is_done()]
     for run in skipped:
-        print(f"skip (finished, {run.done_path}): {run.name}", file=sys.stderr)
+        print(f"skip (finished, {', '.join(run.done_paths)}): {run.name}", file=sys.stderr)
     queued = {}
     if args.executor == "slurm" and not args.dry_run and not args.ignore_queued:
         queued = queued_jobs(os.path.join(args.save_dir, args.sweep_name, "slurm", "jobs.json"))
-        for run in [r for r in todo if r.name in queued]:
-            print(f"skip (queued or running as job {queued[run.name]}): {run.name}", file=sys.stderr)
-        todo = [r for r in todo if r.name not in queued]
+        # A job trains the runs it is named after: one seed (its name), or a seed group (the group's name). A run
+        # is busy when a queued job has its name, its seed group's name, or the name of one of its seeds.
+        as_job = {run.name: queued_as(run, queued) for run in todo}
+        for run in [r for r in todo if as_job[r.name]]:
+            job_name = as_job[run.name]
+            which = "" if job_name == run.name else f" ({job_name})"
+            print(f"skip (queued or running as job {queued[job_name]}{which}): {run.name}", file=sys.stderr)
+        todo = [r for r in todo if not as_job[r.name]]
     if args.dry_run:
         for run in todo:
             print(shlex.join(run.command))
@@ -969,8 +1077,9 @@ def run(args, fixed: List[str]) -> int:
             print("sbatch script of the job array:\n" + sbatch_preview(args, folder, len(todo)), file=sys.stderr)
         return 0
     how = f"at most {args.max_parallel} at once" if args.executor == "local" else "one SLURM job array"
+    per_process = f" (processes of up to {args.seeds_per_process} seeds)" if args.seeds_per_process > 1 else ""
     print(
-        f"sweep {args.sweep_name}: {len(runs)} runs, {len(skipped)} finished before, "
+        f"sweep {args.sweep_name}: {len(runs)} runs{per_process}, {len(skipped)} finished before, "
         + (f"{len(runs) - len(skipped) - len(todo)} queued or running, " if queued else "")
         + f"{len(todo)} to run ({how}); "
         f"outputs in {os.path.join(args.save_dir, args.sweep_name)}/",

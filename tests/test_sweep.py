@@ -169,6 +169,13 @@ def test_run_names_are_sanitized_and_unique(capsys):
         (["--driver=train.py"], "unknown driver"),
         (["--max_parallel=0"], "--max_parallel"),
         (["--executor=cloud"], "--executor"),
+        (["--seeds=0,2,4", "--seeds_per_process=2"], "the seeds 0,2 would share one process"),
+        (["--seeds=0-2,5", "--seeds_per_process=2"], "the seeds 2,5 would share one process"),
+        (["--seeds=3,2", "--seeds_per_process=2"], "the seeds 3,2 would share one process"),
+        (["--seeds=0-3", "--seeds_per_process=2", "--", "--num_seeds=2"], "use --seeds_per_process"),
+        (["--", "--num_seeds=1"], "use --seeds_per_process"),
+        (["--grid=num_seeds=1,2"], "use its --seeds_per_process"),
+        (["--seeds_per_process=0"], "--seeds_per_process"),
     ],
 )
 def test_bad_inputs_are_one_error_line(capsys, argv, message):
@@ -205,6 +212,104 @@ def test_finished_runs_are_skipped(capsys, tmp_path):
     rc = sweep.main(["--driver=main.py", "--sweep_name=s", *args, "--", ENV])
     out, _ = capsys.readouterr()
     assert rc == 0 and "nothing to do" in out
+
+
+# ------------------------------------------------------------------------------------------------ seed groups
+
+
+def test_seeds_per_process_groups_seeds_into_one_command_each(capsys):
+    commands, _ = _dry_run(capsys, "--grid=horizon_length=1,5", "--seeds=0-7", "--seeds_per_process=4")
+    assert len(commands) == 4  # 2 grid points x 2 groups of 4 seeds
+    got = [
+        (_flag(c, "horizon_length"), _flag(c, "seed"), _flag(c, "num_seeds"), _flag(c, "run_name")) for c in commands
+    ]
+    assert got == [
+        ("1", "0", "4", "cube-double-t2_h1"),
+        ("1", "4", "4", "cube-double-t2_h1"),
+        ("5", "0", "4", "cube-double-t2_h5"),
+        ("5", "4", "4", "cube-double-t2_h5"),
+    ]
+    # <fixed flags> <grid flags> --seed --num_seeds --run_group --run_name --resume --sweep_info --save_dir
+    assert [w.split("=")[0] for w in commands[1][4:]] == [
+        "--seed",
+        "--num_seeds",
+        "--run_group",
+        "--run_name",
+        "--resume",
+        "--sweep_info",
+        "--save_dir",
+    ]
+    # The group's first seed: the driver records each run's own seed.
+    info = json.loads(_flag(commands[3], "sweep_info"))
+    assert info == {"sweep": "s", "swept": {"horizon_length": 5}, "seed": 4}
+
+
+def test_seeds_per_process_3_cuts_0_7_into_3_3_2(capsys):
+    commands, _ = _dry_run(capsys, "--seeds=0-7", "--seeds_per_process=3")
+    assert [(_flag(c, "seed"), _flag(c, "num_seeds")) for c in commands] == [("0", "3"), ("3", "3"), ("6", "2")]
+    assert {_flag(c, "run_name") for c in commands} == {"cube-double-t2"}
+    # A group of one seed is the ordinary single-seed command (the driver names a run of --num_seeds=1 as given).
+    commands, _ = _dry_run(capsys, "--seeds=0-6", "--seeds_per_process=3")
+    single, _ = _dry_run(capsys, "--seeds=6")
+    assert [_flag(c, "seed") for c in commands] == ["0", "3", "6"] and commands[2] == single[0]
+
+
+def test_seeds_per_process_1_commands_are_unchanged(capsys):
+    args = ("--grid=horizon_length=1,5", "--seeds=0-2")
+    default, _ = _dry_run(capsys, *args)
+    one, _ = _dry_run(capsys, *args, "--seeds_per_process=1")
+    assert one == default and len(default) == 6
+    assert not any(w.startswith("--num_seeds") for c in default for w in c)
+    assert [_flag(c, "run_name") for c in default][:2] == ["cube-double-t2_h1_sd0", "cube-double-t2_h1_sd1"]
+    assert default[1] == [
+        sys.executable,
+        default[1][1],
+        ENV,
+        "--horizon_length=1",
+        "--seed=1",
+        "--run_group=s",
+        "--run_name=cube-double-t2_h1_sd1",
+        "--resume",
+        '--sweep_info={"sweep":"s","swept":{"horizon_length":1},"seed":1}',
+        "--save_dir=exp/",
+    ]
+
+
+def _done(tmp_path, *names):
+    for name in names:
+        run_dir = tmp_path / "s" / name
+        run_dir.mkdir(parents=True)
+        (run_dir / "DONE.json").write_text("{}")
+
+
+def test_seed_group_is_finished_when_every_seed_is(capsys, tmp_path):
+    args = ["--seeds=0-3", "--seeds_per_process=2", f"--save_dir={tmp_path}"]
+    _done(tmp_path, "cube-double-t2_sd0", "cube-double-t2_sd1")  # the group 0-1: every run directory finished
+    commands, err = _dry_run(capsys, *args)
+    assert [(_flag(c, "seed"), _flag(c, "num_seeds")) for c in commands] == [("2", "2")]
+    assert "skip (finished" in err and err.strip().endswith(": cube-double-t2_sd0-1")
+    # The group 2-3 with seed 3 finished: seed 2 runs alone, with the single-seed command of --seeds_per_process=1.
+    _done(tmp_path, "cube-double-t2_sd3")
+    commands, err = _dry_run(capsys, *args)
+    single, _ = _dry_run(capsys, "--seeds=2", f"--save_dir={tmp_path}")
+    assert commands == single and _flag(commands[0], "run_name") == "cube-double-t2_sd2"
+    assert "seed group cube-double-t2_sd2-3: cube-double-t2_sd3 finished" in err
+    assert "skip (finished" in err and "): cube-double-t2_sd3" in err
+    _done(tmp_path, "cube-double-t2_sd2")
+    rc = sweep.main(["--driver=main.py", "--sweep_name=s", *args, "--", ENV])
+    out, err = capsys.readouterr()
+    assert rc == 0 and "nothing to do" in out and err.count("skip (finished") == 2
+
+
+def test_seed_group_run_skips_only_when_every_seed_is_done(tmp_path):
+    run = _fake_run(tmp_path, "ok", name="g")
+    run.run_dirs = [str(tmp_path / "g" / "a"), str(tmp_path / "g" / "b")]
+    os.makedirs(run.run_dirs[0])
+    open(os.path.join(run.run_dirs[0], "DONE.json"), "w").close()
+    assert not run.is_done() and run()["status"] == "finished"
+    os.makedirs(run.run_dirs[1])
+    open(os.path.join(run.run_dirs[1], "DONE.json"), "w").close()
+    assert run.is_done() and run()["status"] == "skipped" and len(_launches(tmp_path, "g")) == 1
 
 
 # ------------------------------------------------------------------------------------------------ fake drivers
@@ -460,6 +565,48 @@ def test_slurm_submission_with_fake_sbatch(tmp_path, monkeypatch, capsys):
     captured = capsys.readouterr()
     assert "skip (queued or running as job 4242_1): cube-double-t2_h1_sd1" in captured.err
     assert "#SBATCH --array=0-2%2" in (tmp_path / "sbatch_script.sh").read_text()
+
+
+def test_slurm_seed_groups_one_array_task_each(tmp_path, monkeypatch, capsys):
+    bin_dir = _fake_programs(tmp_path, squeue_ids=["4242_1"])
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.chdir(tmp_path)
+    argv = ["--driver=main.py", "--grid=horizon_length=1,5", "--seeds=0-3", "--seeds_per_process=2", "--sweep_name=s"]
+    argv += ["--executor=slurm", "--", ENV]
+    assert sweep.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "4 runs (processes of up to 2 seeds)" in out
+    assert "submitted cube-double-t2_h1_sd2-3 as job 4242_1" in out
+    assert "#SBATCH --array=0-3%4" in (tmp_path / "sbatch_script.sh").read_text()
+    group_dir = tmp_path / "exp" / "s"
+    jobs = json.loads((group_dir / "slurm" / "jobs.json").read_text())
+    assert list(jobs) == [f"cube-double-t2_h{h}_sd{s}" for h in (1, 5) for s in ("0-1", "2-3")]
+    job = submitit_utils.DelayedSubmission.load(group_dir / "slurm" / "4242_1_submitted.pkl").function
+    assert job.name == "cube-double-t2_h1_sd2-3"
+    assert job.log_path == str(group_dir / "logs" / "cube-double-t2_h1_sd2-3.log")
+    assert job.run_dirs == [str(group_dir / f"cube-double-t2_h1_sd{seed}") for seed in (2, 3)]
+    assert (_flag(job.command, "seed"), _flag(job.command, "num_seeds")) == ("2", "2")
+    assert _flag(job.command, "run_name") == "cube-double-t2_h1" and "--resume" in job.command
+    # Again while 4242_1 is queued: that group is skipped by its name, the other three are submitted.
+    (tmp_path / "bin" / "sbatch").write_text(
+        f'#!/bin/sh\ncp "$1" {tmp_path}/sbatch_script.sh\necho "Submitted batch job 4343"\n'
+    )
+    assert sweep.main(argv) == 0
+    captured = capsys.readouterr()
+    assert "skip (queued or running as job 4242_1): cube-double-t2_h1_sd2-3" in captured.err
+    assert "#SBATCH --array=0-2%3" in (tmp_path / "sbatch_script.sh").read_text()
+    # Seed 2 of the queued group has finished (seed 3 not yet): seed 3 alone would run in a directory of the running
+    # job, so it is skipped as queued under its group's name.
+    (tmp_path / "bin" / "sbatch").write_text(
+        f'#!/bin/sh\ncp "$1" {tmp_path}/sbatch_script.sh\necho "Submitted batch job 4444"\n'
+    )
+    (group_dir / "cube-double-t2_h1_sd2").mkdir()
+    (group_dir / "cube-double-t2_h1_sd2" / "DONE.json").write_text("{}")
+    assert sweep.main(argv) == 0
+    captured = capsys.readouterr()
+    assert "skip (queued or running as job 4242_1 (cube-double-t2_h1_sd2-3)): cube-double-t2_h1_sd3" in captured.err
+    submitted = [line.split()[1] for line in captured.out.splitlines() if line.startswith("submitted ")]
+    assert submitted == ["cube-double-t2_h1_sd0-1", "cube-double-t2_h5_sd0-1", "cube-double-t2_h5_sd2-3"]
 
 
 def test_local_executor_summary_and_exit_status(tmp_path, capsys):
