@@ -1,35 +1,265 @@
-"""Speed of the ACFQL agent at the paper configuration: gradient steps/s and chunk decisions/s.
+"""Speed of the agents and of a whole run, ours beside the authors' code measured in the same run.
 
-    python scripts/bench_agents.py                      # QC (best-of-n, N=32) and QC-FQL, UTD 1 and 10
-    python scripts/bench_agents.py --methods qc --utd 1 --hidden 512 --layers 4 --obs_dim 40
+    python scripts/bench_agents.py --reference_dir=/path/to/qc        # every section, both sides
+    python scripts/bench_agents.py --sections=seeds,dispatch --seeds=1,2,4,8 --dispatch=1,10,100
+    python scripts/bench_agents.py --sections=updates --methods=qc,qcfql --utd=1,10
 
-Gradient steps/s: `batch_update` on U stacked batches (lax.scan), timed over `--calls` calls after
-a warm-up call (compilation excluded), `block_until_ready` on the result. Decisions/s:
-`sample_actions` on one observation (no batch axis, the driver's call), timed the same way.
-Batches are random numbers of the shape of a `sample_sequence` batch (values do not affect speed).
-For scale, the authors' code on 2 CPU cores: QC N=32 about 0.9 steps/s, QC-FQL about 12 steps/s,
-about 180 QC decisions/s (measured when this project started).
+Sections (QC-FQL at the paper's size unless said: 4x512 MLPs, batch 256, h = 5, cube-double shapes,
+observation 40, action 5):
+
+* `updates`: gradient steps/s of `batch_update` on U stacked batches (`--utd`) and chunk decisions/s
+  (`sample_actions` on one observation) for QC (best-of-N, N = 32) and QC-FQL (`--methods`).
+* `seeds`: seeds x gradient steps/s of `--num_seeds=S` (S agents stacked, one vmapped jitted update on
+  S fixed batches) for each S in `--seeds`. The authors' code runs one seed per process: their figure for
+  S is the sum of the steps/s of S processes timing their `agent.update` at the same time.
+* `dispatch`: offline steps/s including the sampling of the windows from a `--rows`-row dataset: ours
+  with `--updates_per_dispatch=k` for each k in `--dispatch` (k = 1: host sampling and one update per
+  call, the reference loop; k > 1: the device sampler and k steps per `lax.scan`); the authors' loop
+  (their `Dataset.sample_sequence`, then `agent.update`, every step).
+* `eval`: wall seconds of `--eval_episodes` evaluation episodes of cube-double with a fresh agent:
+  ours sequential and batched (`--eval_envs` envs in lockstep); the authors' `evaluate` (which also
+  calls the policy at every step of a chunk).
+* `generation`: episodes/s of `python -m envs.generate_dataset` with `--num_workers` 1 and 2
+  (`--gen_episodes` episodes of 1001 steps; the authors' repository has no generator: OGBench's own
+  script is sequential, our W = 1).
+
+Every figure of one section is measured back to back in this run; on a shared machine compare the
+two columns of one run, not figures of different runs. The authors' side needs `--reference_dir`, a
+clone of ColinQiyangLi/qc (see scripts/bench_reference.py); without it only our column is measured.
+`--out` writes every row as JSON.
 """
 
 import argparse
+import functools
+import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 
-import jax
-import numpy as np
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import bench_reference  # noqa: E402
 
-from agents.acfql import ACFQLAgent, get_config  # noqa: E402
-
-METHODS = {
-    "qc": dict(actor_type="best-of-n", actor_num_samples=32),
-    "qcfql": dict(actor_type="distill-ddpg", alpha=100.0),
-}
+QCFQL = dict(actor_type="distill-ddpg", alpha=100.0)
+METHODS = {"qc": dict(actor_type="best-of-n", actor_num_samples=32), "qcfql": QCFQL}
+ENV_NAME = "cube-double-play-singletask-task2-v0"
 
 
-def make_batches(rng, utd, batch_size, h, obs_dim, action_dim):
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--sections", default="seeds,dispatch,eval,generation",
+                   help="comma-separated sections to run: updates, seeds, dispatch, eval, generation")  # fmt: skip
+    p.add_argument("--methods", default="qc,qcfql", help="updates section: comma-separated subset of qc, qcfql")
+    p.add_argument("--utd", default="1,10", help="updates section: numbers of stacked batches per call")
+    p.add_argument("--decisions", type=int, default=100, help="updates section: timed sample_actions calls")
+    p.add_argument("--reference_dir", default=None, help="root of the authors' repository (optional)")
+    p.add_argument("--seeds", default="1,2,4,8", help="values of S for the seeds section")
+    p.add_argument("--dispatch", default="1,10,100", help="values of k for the dispatch section")
+    p.add_argument("--steps", type=int, default=20, help="timed gradient steps per measurement (seeds: per seed)")
+    p.add_argument("--rows", type=int, default=1_000_000, help="rows of the synthetic offline dataset (dispatch)")
+    p.add_argument("--hidden", type=int, default=512, help="hidden width of every MLP")
+    p.add_argument("--layers", type=int, default=4, help="hidden layers of every MLP")
+    p.add_argument("--batch", type=int, default=256, help="batch size B")
+    p.add_argument("--eval_episodes", type=int, default=50, help="episodes of the eval section")
+    p.add_argument("--eval_envs", type=int, default=10, help="envs in lockstep of the batched evaluation")
+    p.add_argument("--gen_episodes", type=int, default=4, help="episodes generated per worker count")
+    p.add_argument("--out", default=None, help="write the rows as JSON to this file")
+    p.add_argument("--worker", default=None, help="internal: run one timing worker (update|loop|eval) and print JSON")
+    p.add_argument("--side", default="ours", choices=("ours", "reference"), help="internal: the worker's code")
+    args = p.parse_args(argv)
+    for name in ("steps", "rows", "hidden", "layers", "batch", "eval_episodes", "eval_envs", "gen_episodes",
+                 "decisions"):  # fmt: skip
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be >= 1")
+    if args.reference_dir is not None:
+        args.reference_dir = os.path.abspath(os.path.expanduser(args.reference_dir))
+        if not os.path.isfile(os.path.join(args.reference_dir, "agents", "acfql.py")):
+            p.error(f"--reference_dir={args.reference_dir} has no agents/acfql.py")
+    return args
+
+
+def _ints(text):
+    return [int(x) for x in text.split(",") if x]
+
+
+# ----------------------------------------------------------------------------------------------- pieces
+
+
+def _config(module, args):
+    config = module.get_config()
+    config.update(QCFQL)
+    config["horizon_length"] = 5
+    config["batch_size"] = args.batch
+    config["actor_hidden_dims"] = config["value_hidden_dims"] = (args.hidden,) * args.layers
+    return config
+
+
+def _batches(args, num=4, seed=0):
+    ns = argparse.Namespace(seed=seed, batch=args.batch, h=5, obs_dim=40, action_dim=5, num_batches=num)
+    return bench_reference.make_batches(ns)
+
+
+def _synthetic_fields(rows, seed=0):
+    """A dataset of cube-double's shapes: 1001-row episodes, sparse successes."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    terminals = np.zeros(rows, np.float32)
+    terminals[1000::1001] = 1.0
+    terminals[-1] = 1.0
+    success = rng.random(rows) < 0.05
+    return dict(
+        observations=rng.normal(size=(rows, 40)).astype(np.float32),
+        next_observations=rng.normal(size=(rows, 40)).astype(np.float32),
+        actions=rng.uniform(-1, 1, size=(rows, 5)).astype(np.float32),
+        rewards=np.where(success, 0.0, -1.0).astype(np.float32),
+        masks=(~success).astype(np.float32),
+        terminals=terminals,
+    )
+
+
+def _timed(fn, steps):
+    """Seconds for `steps` calls of `fn` (each returns something to block on) after two warm-up calls."""
+    import jax
+
+    for _ in range(2):
+        jax.block_until_ready(fn())
+    start = time.perf_counter()
+    out = None
+    for _ in range(steps):
+        out = fn()
+    jax.block_until_ready(out)
+    return time.perf_counter() - start
+
+
+# ----------------------------------------------------------------------------------------------- workers
+
+
+def worker(args):
+    """Run one measurement in this process (ours or the reference's code) and print one JSON line."""
+    if args.side == "reference":
+        bench_reference._isolate_path(args.reference_dir, ROOT)
+    import importlib
+
+    import jax
+    import numpy as np
+
+    acfql = importlib.import_module("agents.acfql")
+    config = _config(acfql, args)
+    agent = acfql.ACFQLAgent.create(0, np.zeros(40, np.float32), np.zeros(5, np.float32), config)
+    result = {"side": args.side, "worker": args.worker}
+    if args.worker == "update":
+        batches = [jax.device_put(b) for b in _batches(args)]
+        state = {"agent": agent, "i": 0}
+
+        def step():
+            state["agent"], info = state["agent"].update(batches[state["i"] % len(batches)])
+            state["i"] += 1
+            return info
+
+        result["steps_per_s"] = args.steps / _timed(step, args.steps)
+    elif args.worker == "loop":
+        datasets = importlib.import_module("utils.datasets")
+        fields = _synthetic_fields(args.rows)
+        if args.side == "reference":
+            dataset = datasets.Dataset.create(**fields)
+        else:
+            dataset = datasets.Dataset.create(**fields, seed=0)
+        state = {"agent": agent}
+
+        def step():
+            batch = dataset.sample_sequence(args.batch, sequence_length=5, discount=config["discount"])
+            state["agent"], info = state["agent"].update(batch)
+            return info
+
+        result["steps_per_s"] = args.steps / _timed(step, args.steps)
+    elif args.worker == "eval":
+        import gymnasium
+        import ogbench  # noqa: F401 - registers the envs
+
+        evaluation = importlib.import_module("evaluation")
+        env = gymnasium.make(ENV_NAME.replace("-play", ""))  # ogbench's registered id drops the dataset type
+        observation, _ = env.reset(seed=0)
+        np.random.seed(0)
+        agent = acfql.ACFQLAgent.create(0, observation, np.zeros(5, np.float32), config)
+        np.asarray(agent.sample_actions(observations=observation, rng=jax.random.PRNGKey(0)))
+        start = time.perf_counter()
+        evaluation.evaluate(agent, env, num_eval_episodes=args.eval_episodes, action_dim=5)
+        result["seconds"] = time.perf_counter() - start
+    else:
+        raise SystemExit(f"unknown worker {args.worker}")
+    print(json.dumps(result), flush=True)
+
+
+def spawn(side, task, args, extra=()):
+    """Start one worker process; returns the Popen (read its JSON with `collect`)."""
+    cmd = [sys.executable, os.path.abspath(__file__), f"--worker={task}", f"--side={side}"]
+    for name in ("steps", "rows", "hidden", "layers", "batch", "eval_episodes"):
+        cmd.append(f"--{name}={getattr(args, name)}")
+    if args.reference_dir:
+        cmd.append(f"--reference_dir={args.reference_dir}")
+    cmd += list(extra)
+    env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
+    cwd = ROOT if side == "ours" else args.reference_dir
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def collect(proc):
+    out, err = proc.communicate()
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        sys.stderr.write(out[-3000:] + err[-3000:])
+        raise SystemExit(f"a worker failed (exit status {proc.returncode})")
+    return json.loads(lines[-1])
+
+
+# ----------------------------------------------------------------------------------------------- sections
+
+
+def section_updates(args, rows):
+    """The agents alone: `batch_update` steps/s for each U of `--utd`, and decisions/s."""
+    import jax
+    import numpy as np
+
+    from agents.acfql import ACFQLAgent, get_config
+
+    for method in args.methods.split(","):
+        config = get_config()
+        config.update(METHODS[method])
+        config["horizon_length"] = 5
+        config["actor_hidden_dims"] = config["value_hidden_dims"] = (args.hidden,) * args.layers
+        agent = ACFQLAgent.create(0, np.zeros(40, np.float32), np.zeros(5, np.float32), config)
+        rng = np.random.default_rng(0)
+        for utd in _ints(args.utd):
+            batches = jax.device_put(_stacked_random_batches(rng, utd, args.batch))
+            state = {"agent": agent}
+
+            def step(state=state, batches=batches):
+                state["agent"], info = state["agent"].batch_update(batches)
+                return info
+
+            calls = max(1, args.steps // utd)
+            rate = calls * utd / _timed(step, calls)
+            rows.append(dict(section="updates", setting=f"{method} U={utd}", unit="gradient steps/s", ours=rate))
+            _print(rows[-1])
+        obs = jax.device_put(np.zeros(40, np.float32))
+        keys = iter(jax.random.split(jax.random.PRNGKey(1), args.decisions + 3))
+        rate = args.decisions / _timed(
+            functools.partial(lambda a, o, k: a.sample_actions(o, next(k)), agent, obs, keys), args.decisions
+        )
+        rows.append(dict(section="updates", setting=f"{method} decisions", unit="chunk decisions/s", ours=rate))
+        _print(rows[-1])
+
+
+def _stacked_random_batches(rng, utd, batch_size, h=5, obs_dim=40, action_dim=5):
+    import numpy as np
+
     shape = (utd, batch_size)
     return dict(
         observations=rng.normal(size=(*shape, obs_dim)).astype(np.float32),
@@ -41,74 +271,187 @@ def make_batches(rng, utd, batch_size, h, obs_dim, action_dim):
     )
 
 
-def timed(fn, calls):
-    """Seconds per call of `fn` after one warm-up call (which compiles)."""
-    jax.block_until_ready(fn())
+def section_seeds(args, rows):
+    import jax
+    import numpy as np
+
+    import seed_group
+    from agents import acfql
+
+    config = _config(acfql, args)
+    for s in _ints(args.seeds):
+        agents = [
+            acfql.ACFQLAgent.create(i, np.zeros(40, np.float32), np.zeros(5, np.float32), config) for i in range(s)
+        ]
+        group = seed_group.SeedGroup([argparse.Namespace(agent=a, cfg=None) for a in agents])
+        per_seed = [_batches(args, seed=i) for i in range(s)]
+        if s == 1:
+            batches = [jax.device_put(b) for b in per_seed[0]]
+        else:
+            batches = [
+                jax.device_put({k: np.stack([p[j][k] for p in per_seed]) for k in per_seed[0][j]}) for j in range(4)
+            ]
+        counter = {"i": 0}
+
+        def step(group=group, batches=batches, counter=counter):
+            counter["i"] += 1
+            return group.update(batches[counter["i"] % len(batches)])
+
+        ours = s * args.steps / _timed(step, args.steps)
+        theirs = None
+        if args.reference_dir:
+            procs = [spawn("reference", "update", args) for _ in range(s)]
+            theirs = sum(collect(p)["steps_per_s"] for p in procs)
+        rows.append(
+            dict(section="seeds", setting=f"S={s}", unit="seeds x gradient steps/s", ours=ours, reference=theirs)
+        )
+        _print(rows[-1])
+
+
+def section_dispatch(args, rows):
+    import jax
+    import numpy as np
+
+    from agents import acfql
+    from utils import device_sampler
+    from utils.datasets import Dataset
+
+    config = _config(acfql, args)
+    dataset = Dataset.create(**_synthetic_fields(args.rows), seed=0)
+    sampler = None
+    theirs = None
+    if args.reference_dir:
+        theirs = collect(spawn("reference", "loop", args))["steps_per_s"]
+    for k in _ints(args.dispatch):
+        agent = acfql.ACFQLAgent.create(0, np.zeros(40, np.float32), np.zeros(5, np.float32), config)
+        state = {"agent": agent, "t": 1}
+        if k == 1:
+
+            def step(state=state):
+                batch = dataset.sample_sequence(args.batch, sequence_length=5, discount=config["discount"])
+                state["agent"], info = state["agent"].update(batch)
+                return info
+
+            calls = args.steps
+        else:
+            if sampler is None:
+                sampler = device_sampler.DeviceWindowSampler.create(dataset, 5, config["discount"])
+            key = jax.random.PRNGKey(0)
+            fn = jax.jit(functools.partial(device_sampler.offline_updates, num_steps=k))
+
+            def step(state=state, fn=fn, key=key, k=k, sampler=sampler):
+                state["agent"], info = fn(state["agent"], sampler, key, np.int32(state["t"]))
+                state["t"] += k
+                return info
+
+            calls = max(1, args.steps // k) if k <= args.steps else 1
+        seconds = _timed(step, calls)
+        ours = calls * k / seconds
+        ms = 1000.0 / ours
+        rows.append(
+            dict(
+                section="dispatch",
+                setting=f"k={k}",
+                unit="offline steps/s (ms/step)",
+                ours=ours,
+                ours_ms=ms,
+                reference=theirs if k == 1 else None,
+            )  # fmt: skip
+        )
+        _print(rows[-1])
+
+
+def section_eval(args, rows):
+    import jax
+    import numpy as np
+
+    import evaluation
+    from agents import acfql
+    from envs import env_utils
+
+    make_env = functools.partial(env_utils.make_eval_env, ENV_NAME)
+    env = make_env()
+    observation, _ = env.reset(seed=0)
+    config = _config(acfql, args)
+    agent = acfql.ACFQLAgent.create(0, observation, np.zeros(5, np.float32), config)
+    np.asarray(agent.sample_actions(observation, jax.random.PRNGKey(0)))
     start = time.perf_counter()
-    for _ in range(calls):
-        jax.block_until_ready(fn())
-    return (time.perf_counter() - start) / calls
-
-
-def bench_method(method, args):
-    """Rows `(method, measurement, rate, unit)` for one method."""
-    config = get_config()
-    config.update(METHODS[method])
-    config.horizon_length = args.horizon_length
-    config.flow_steps = args.flow_steps
-    config.actor_hidden_dims = config.value_hidden_dims = (args.hidden,) * args.layers
-    ex_obs, ex_action = np.zeros(args.obs_dim, np.float32), np.zeros(args.action_dim, np.float32)
-    agent = ACFQLAgent.create(0, ex_obs, ex_action, config)
-    rng, rows = np.random.default_rng(0), []
-    for utd in (int(u) for u in args.utd.split(",")):
-        shape = (utd, args.batch_size, args.horizon_length, args.obs_dim, args.action_dim)
-        batches = jax.device_put(make_batches(rng, *shape))
-        state = {"agent": agent}
-
-        def step(state=state, batches=batches):
-            state["agent"], info = state["agent"].batch_update(batches)
-            return state["agent"].network.params, info
-
-        rows.append((method, f"batch_update U={utd}", utd / timed(step, args.calls), "gradient steps/s"))
-        print("  {:6s} {:22s} {:9.2f} {}".format(*rows[-1]), flush=True)
-    obs = jax.device_put(ex_obs)
-    keys = iter(jax.random.split(jax.random.PRNGKey(1), args.decisions + 1))
-    seconds = timed(lambda: agent.sample_actions(obs, next(keys)), args.decisions)
-    rows.append((method, "sample_actions 1 obs", 1 / seconds, "chunk decisions/s"))
-    print("  {:6s} {:22s} {:9.2f} {}".format(*rows[-1]), flush=True)
-    return rows
-
-
-def main():
-    formatter = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
-    parser.add_argument("--methods", default="qc,qcfql", help="comma-separated subset of: qc, qcfql")
-    parser.add_argument("--utd", default="1,10", help="comma-separated numbers of stacked batches per call")
-    parser.add_argument("--calls", type=int, default=3, help="timed batch_update calls per setting")
-    parser.add_argument("--decisions", type=int, default=200, help="timed sample_actions calls")
-    parser.add_argument("--batch_size", type=int, default=256, help="windows per gradient step")
-    parser.add_argument("--horizon_length", type=int, default=5, help="chunk length h")
-    parser.add_argument("--obs_dim", type=int, default=40, help="observation size")
-    parser.add_argument("--action_dim", type=int, default=5, help="single-step action size")
-    parser.add_argument("--hidden", type=int, default=512, help="hidden width of every MLP")
-    parser.add_argument("--layers", type=int, default=4, help="hidden layers of every MLP")
-    parser.add_argument("--flow_steps", type=int, default=10, help="Euler steps of the BC flow")
-    args = parser.parse_args()
-
-    print(
-        f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} CPUs, "
-        f"load average {os.getloadavg()[0]:.2f}"
+    stats, _, _ = evaluation.evaluate(agent, env, args.eval_episodes, seed=0, step=0, progress=False)
+    sequential = time.perf_counter() - start
+    vector_env = evaluation.make_eval_vector_env(make_env, args.eval_envs, "sync")
+    try:
+        evaluation.evaluate_batched(agent, vector_env, 1, seed=1, step=1, progress=False)  # compiles
+        start = time.perf_counter()
+        batched_stats, _, _ = evaluation.evaluate_batched(agent, vector_env, args.eval_episodes, seed=0, step=0,
+                                                          progress=False)  # fmt: skip
+        batched = time.perf_counter() - start
+    finally:
+        vector_env.close()
+    if batched_stats["success"] != stats["success"]:
+        raise SystemExit("batched and sequential evaluation disagree")
+    theirs = collect(spawn("reference", "eval", args))["seconds"] if args.reference_dir else None
+    unit = f"seconds for {args.eval_episodes} episodes"
+    rows.append(dict(section="eval", setting="sequential", unit=unit, ours=sequential, reference=theirs))
+    _print(rows[-1])
+    rows.append(
+        dict(section="eval", setting=f"batched E={args.eval_envs}", unit=unit, ours=batched, ratio=batched / sequential)
     )
-    print(
-        f"MLPs {args.layers}x{args.hidden}, batch {args.batch_size}, h={args.horizon_length}, "
-        f"obs {args.obs_dim}, action {args.action_dim}, flow_steps {args.flow_steps}"
-    )
-    rows = [row for method in args.methods.split(",") for row in bench_method(method, args)]
-    print(f"\nload average {os.getloadavg()[0]:.2f}")
-    print("| method | measurement | rate | unit |\n| --- | --- | --- | --- |")
-    for method, what, rate, unit in rows:
-        print(f"| {method} | {what} | {rate:.2f} | {unit} |")
+    _print(rows[-1])
+
+
+def section_generation(args, rows):
+    from envs.generate_dataset import generate_dataset
+
+    for workers in (1, 2):
+        with tempfile.TemporaryDirectory() as tmp:
+            start = time.perf_counter()
+            generate_dataset("cube-double-play-v0", num_episodes=args.gen_episodes, num_val_episodes=1,
+                             save_path=os.path.join(tmp, "d.npz"), progress=False, num_workers=workers)  # fmt: skip
+            seconds = time.perf_counter() - start
+        rows.append(
+            dict(
+                section="generation",
+                setting=f"W={workers}",
+                unit="episodes/s (1001 steps)",
+                ours=(args.gen_episodes + 1) / seconds,
+            )  # fmt: skip
+        )
+        _print(rows[-1])
+
+
+def _print(row):
+    ref = row.get("reference")
+    ref_text = "-" if ref is None else f"{ref:.3f}"
+    line = f"  {row['section']:10s} {row['setting']:16s} ours {row['ours']:9.3f}   authors {ref_text:>9s}"
+    print(f"{line}   {row['unit']}", flush=True)
+
+
+def main(args):
+    import jax
+
+    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
+    print(f"QC-FQL {args.layers}x{args.hidden}, batch {args.batch}, h=5, obs 40, action 5")
+    rows = []
+    sections = {"updates": section_updates, "seeds": section_seeds, "dispatch": section_dispatch, "eval": section_eval,
+                "generation": section_generation}  # fmt: skip
+    for name in args.sections.split(","):
+        if name not in sections:
+            raise SystemExit(f"unknown section {name!r}; sections are {sorted(sections)}")
+        sections[name](args, rows)
+    print(f"load {os.getloadavg()[0]:.2f}")
+    print("\n| section | setting | ours | authors' code | unit |\n| --- | --- | --- | --- | --- |")
+    for row in rows:
+        ref = row.get("reference")
+        print(f"| {row['section']} | {row['setting']} | {row['ours']:.3g} | {'-' if ref is None else f'{ref:.3g}'} | "
+              f"{row['unit']} |")  # fmt: skip
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(rows, f, indent=2)
 
 
 if __name__ == "__main__":
-    main()
+    cli = parse_args()
+    if cli.worker:
+        worker(cli)
+    else:
+        main(cli)
