@@ -1,7 +1,7 @@
 """main.py's offline phase with `--updates_per_dispatch=k > 1`: k gradient steps per host call.
 
 Each host call ("dispatch") runs up to `k` offline steps in one `lax.scan`
-(`utils.device_sampler`), vmapped over the seeds of a `seed_group.SeedGroup`:
+(`utils.device_sampler`), for every seed of a `seed_group.SeedGroup` (`seed_group.per_seed`):
 
 * `device` sampler (the dataset fits in device memory, `utils.device_sampler.fits_on_device`): the
   windows are drawn on the device from a device-resident copy of the dataset, offline step `t` of
@@ -27,6 +27,7 @@ import tqdm
 from absl import logging
 
 import run_utils
+import seed_group
 from agents.common import UPDATE_KEYS
 from utils import device_sampler, seeding
 
@@ -68,18 +69,18 @@ def sampler_kind(group) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _device_fn(num_seeds: int, num_steps: int):
+def _device_fn(num_seeds: int, num_steps: int, mode: str):
     fn = functools.partial(device_sampler.offline_updates, num_steps=num_steps)
     if num_seeds == 1:
         return jax.jit(fn)
-    return jax.jit(jax.vmap(fn, in_axes=(0, None, 0, None)))
+    return jax.jit(seed_group.per_seed(fn, mode, in_axes=(0, None, 0, None)))
 
 
 @functools.lru_cache(maxsize=None)
-def _scan_fn(num_seeds: int):
+def _scan_fn(num_seeds: int, mode: str):
     if num_seeds == 1:
         return device_sampler.scan_updates
-    return jax.jit(jax.vmap(device_sampler.scan_updates))
+    return jax.jit(seed_group.per_seed(device_sampler.scan_updates, mode))
 
 
 class _Prefetchers:
@@ -179,7 +180,9 @@ def run_offline_phase(group, first: int, start: float):
                         )
                 group.split.throttle()
                 with group.split("updates"):
-                    agent, info = _device_fn(group.num_seeds, n)(group.agent, sampler, keys, np.int32(done + 1))
+                    agent, info = _device_fn(group.num_seeds, n, group.seed_batching)(
+                        group.agent, sampler, keys, np.int32(done + 1)
+                    )
                 group.set_stacked_agent(agent, info)
             else:
                 if not prefetchers.samplers:
@@ -188,7 +191,7 @@ def run_offline_phase(group, first: int, start: float):
                     batches = prefetchers.take(n)
                 group.split.throttle()
                 with group.split("updates"):
-                    agent, info = _scan_fn(group.num_seeds)(group.agent, batches)
+                    agent, info = _scan_fn(group.num_seeds, group.seed_batching)(group.agent, batches)
                 group.set_stacked_agent(agent, info)
             done += n
             bar.update(n)

@@ -121,6 +121,15 @@ def define_flags(driver: str, flag_values=FLAGS):
         "streams, evaluation and run directory (<run_name>_sd<seed> when --run_name is given).",
         **fv,
     )
+    flags.DEFINE_enum(
+        "seed_batching",
+        "auto",
+        ["auto", "vmap", "map"],
+        "With --num_seeds > 1: how one compiled update covers the seeds. vmap: batched matrix products (fills a "
+        "GPU); map: the seeds one after another inside the call (lax.map: single-seed kernels, bit-identical to "
+        "single-seed runs; what a CPU wants); auto: vmap on an accelerator, map on CPU.",
+        **fv,
+    )
     if driver == "main":
         flags.DEFINE_integer(
             "updates_per_dispatch",
@@ -531,6 +540,7 @@ class RunConfig:
     offline_steps: int = 0
     offline_ratio: Optional[float] = None
     num_seeds: int = 1
+    seed_batching: str = "auto"
     updates_per_dispatch: int = 1
     offline_sampler: str = "auto"
     method: Optional[str] = None
@@ -950,6 +960,7 @@ RESUME_MAY_CHANGE = (
     "sweep_info",
     "run_name",
     "num_seeds",
+    "seed_batching",
     "updates_per_dispatch",
     "offline_sampler",
     "eval_envs",

@@ -6,7 +6,9 @@ The drivers' loops run on a `SeedGroup` of `S >= 1` runs (`run_utils.Run`, one p
 evaluation environments, its offline sampler and replay buffer, its random streams
 (`utils.seeding` of its own seed) and its evaluation. Only the agents are shared in one array:
 stacked on a leading seed axis `(S, ...)` and updated by `jax.vmap` of the agent's own update, so
-S small MLP updates fill the accelerator that one would leave idle.
+S small MLP updates fill the accelerator that one would leave idle (`--seed_batching`: on CPU the
+seeds run one after another inside the one compiled call instead, `lax.map`, which keeps the
+single-seed speed per seed).
 
 `S = 1` is the plain single-seed loop (the agent is not stacked, `agent.update` is called as
 before), so the default run is unchanged.
@@ -22,6 +24,7 @@ it under `time/`.
 """
 
 import contextlib
+import functools
 import os
 import signal
 import sys
@@ -130,14 +133,52 @@ def _sample_seed(stacked, index, observations, rng):
     return _slice(stacked, index).sample_actions(observations, rng)
 
 
-@jax.jit
-def _vmapped_update(agents, batches):
-    return jax.vmap(lambda agent, batch: agent.update(batch))(agents, batches)
+SEED_BATCHING = ("auto", "vmap", "map")
 
 
-@jax.jit
-def _vmapped_batch_update(agents, batches):
-    return jax.vmap(lambda agent, batch: agent.batch_update(batch))(agents, batches)
+def resolve_seed_batching(mode: str) -> str:
+    """`vmap` or `map` for `--seed_batching=mode`; `auto` is `vmap` on an accelerator, `map` on CPU.
+
+    `vmap` turns the S seeds' matrix products into batched ones (one kernel for all seeds: what fills a
+    GPU); `map` runs the seeds one after another inside one compiled call (`lax.map`), with exactly the
+    kernels of a single-seed run: on CPU, where batched products gain nothing, this keeps the
+    single-seed speed per seed and gives each seed the single-seed run's numbers bit for bit.
+    Raises `ValueError` for another mode.
+    """
+    if mode not in SEED_BATCHING:
+        raise ValueError(f"--seed_batching={mode!r} must be one of {SEED_BATCHING}.")
+    if mode == "auto":
+        return "map" if jax.default_backend() == "cpu" else "vmap"
+    return mode
+
+
+def per_seed(fn, mode: str, in_axes=0):
+    """`fn` applied to every seed along the leading axis of its `in_axes == 0` arguments, by `jax.vmap`
+    (`mode='vmap'`) or `jax.lax.map` (`'map'`); the other arguments (`in_axes` None) are shared."""
+    if mode == "vmap":
+        return jax.vmap(fn, in_axes=in_axes)
+
+    def mapped(*args):
+        axes = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
+        stacked = tuple(a for a, ax in zip(args, axes, strict=True) if ax == 0)
+
+        def one(xs):
+            it = iter(xs)
+            return fn(*[next(it) if ax == 0 else a for a, ax in zip(args, axes, strict=True)])
+
+        return jax.lax.map(one, stacked)
+
+    return mapped
+
+
+@functools.partial(jax.jit, static_argnames="mode")
+def _group_update(agents, batches, mode):
+    return per_seed(lambda agent, batch: agent.update(batch), mode)(agents, batches)
+
+
+@functools.partial(jax.jit, static_argnames="mode")
+def _group_batch_update(agents, batches, mode):
+    return per_seed(lambda agent, batch: agent.batch_update(batch), mode)(agents, batches)
 
 
 class SeedPolicy:
@@ -176,6 +217,8 @@ class SeedGroup:
         self.cfg = runs[0].cfg
         self.preemption = preemption
         self.agent = runs[0].agent if self.num_seeds == 1 else stack_agents([r.agent for r in runs])
+        mode = getattr(self.cfg, "seed_batching", "auto") if self.cfg is not None else "auto"
+        self.seed_batching = resolve_seed_batching(mode)
         self.split = TimeSplit()
         self._state_pending = False
         self.buffers: Optional[List] = None
@@ -202,7 +245,7 @@ class SeedGroup:
             if self.num_seeds == 1:
                 self.agent, info = self.agent.update(batch)
             else:
-                self.agent, info = _vmapped_update(self.agent, batch)
+                self.agent, info = _group_update(self.agent, batch, self.seed_batching)
         self.split.dispatched(info)
         return info
 
@@ -213,7 +256,7 @@ class SeedGroup:
             if self.num_seeds == 1:
                 self.agent, info = self.agent.batch_update(stacked)
             else:
-                self.agent, info = _vmapped_batch_update(self.agent, stacked)
+                self.agent, info = _group_batch_update(self.agent, stacked, self.seed_batching)
         self.split.dispatched(info)
         return info
 

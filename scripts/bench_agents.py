@@ -9,16 +9,18 @@ observation 40, action 5):
 
 * `updates`: gradient steps/s of `batch_update` on U stacked batches (`--utd`) and chunk decisions/s
   (`sample_actions` on one observation) for QC (best-of-N, N = 32) and QC-FQL (`--methods`).
-* `seeds`: seeds x gradient steps/s of `--num_seeds=S` (S agents stacked, one vmapped jitted update on
-  S fixed batches) for each S in `--seeds`. The authors' code runs one seed per process: their figure for
+* `seeds`: seeds x gradient steps/s of `--num_seeds=S` (S agents stacked, one jitted update on S fixed
+  batches, `--seed_batching` as the driver resolves it: `map` on CPU, `vmap` on an accelerator) for
+  each S in `--seeds`. The authors' code runs one seed per process: their figure for
   S is the sum of the steps/s of S processes timing their `agent.update` at the same time.
 * `dispatch`: offline steps/s including the sampling of the windows from a `--rows`-row dataset: ours
   with `--updates_per_dispatch=k` for each k in `--dispatch` (k = 1: host sampling and one update per
   call, the reference loop; k > 1: the device sampler and k steps per `lax.scan`); the authors' loop
   (their `Dataset.sample_sequence`, then `agent.update`, every step).
 * `eval`: wall seconds of `--eval_episodes` evaluation episodes of cube-double with a fresh agent:
-  ours sequential and batched (`--eval_envs` envs in lockstep); the authors' `evaluate` (which also
-  calls the policy at every step of a chunk).
+  ours sequential, batched (`--eval_envs` envs in lockstep, in this process) and batched with
+  `--eval_async_envs` envs in subprocesses; the authors' `evaluate` (which also calls the policy at
+  every step of a chunk). Env start-up and compilation are not timed.
 * `generation`: episodes/s of `python -m envs.generate_dataset` with `--num_workers` 1 and 2
   (`--gen_episodes` episodes of 1001 steps; the authors' repository has no generator: OGBench's own
   script is sequential, our W = 1).
@@ -68,6 +70,7 @@ def parse_args(argv=None):
     p.add_argument("--batch", type=int, default=256, help="batch size B")
     p.add_argument("--eval_episodes", type=int, default=50, help="episodes of the eval section")
     p.add_argument("--eval_envs", type=int, default=10, help="envs in lockstep of the batched evaluation")
+    p.add_argument("--eval_async_envs", type=int, default=2, help="envs of the async batched evaluation (0: skip)")
     p.add_argument("--gen_episodes", type=int, default=4, help="episodes generated per worker count")
     p.add_argument("--out", default=None, help="write the rows as JSON to this file")
     p.add_argument("--worker", default=None, help="internal: run one timing worker (update|loop|eval) and print JSON")
@@ -389,6 +392,19 @@ def section_eval(args, rows):
         vector_env.close()
     if batched_stats["success"] != stats["success"]:
         raise SystemExit("batched and sequential evaluation disagree")
+    async_seconds = None
+    if args.eval_async_envs > 1:  # one subprocess per env: the env steps spread over the cores
+        vector_env = evaluation.make_eval_vector_env(make_env, args.eval_async_envs, "async")
+        try:
+            evaluation.evaluate_batched(agent, vector_env, 1, seed=1, step=1, progress=False)
+            start = time.perf_counter()
+            async_stats, _, _ = evaluation.evaluate_batched(agent, vector_env, args.eval_episodes, seed=0, step=0,
+                                                            progress=False)  # fmt: skip
+            async_seconds = time.perf_counter() - start
+        finally:
+            vector_env.close()
+        if async_stats["success"] != stats["success"]:
+            raise SystemExit("async batched and sequential evaluation disagree")
     theirs = collect(spawn("reference", "eval", args))["seconds"] if args.reference_dir else None
     unit = f"seconds for {args.eval_episodes} episodes"
     rows.append(dict(section="eval", setting="sequential", unit=unit, ours=sequential, reference=theirs))
@@ -397,6 +413,12 @@ def section_eval(args, rows):
         dict(section="eval", setting=f"batched E={args.eval_envs}", unit=unit, ours=batched, ratio=batched / sequential)
     )
     _print(rows[-1])
+    if async_seconds is not None:
+        setting = f"async E={args.eval_async_envs}"
+        rows.append(
+            dict(section="eval", setting=setting, unit=unit, ours=async_seconds, ratio=async_seconds / sequential)
+        )
+        _print(rows[-1])
 
 
 def section_generation(args, rows):

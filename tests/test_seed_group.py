@@ -53,9 +53,13 @@ def _batch(rng, h=2, b=4):
     }
 
 
-def test_vmapped_update_equals_separate_updates():
+@pytest.mark.parametrize("mode", ["vmap", "map"])
+def test_group_update_equals_separate_updates(mode):
+    """Both ways of covering the seeds in one call give each seed its own update (map: bit for bit on CPU)."""
     agents = [_tiny_agent(seed) for seed in (0, 1, 2)]
     group = seed_group.SeedGroup([types.SimpleNamespace(agent=a, cfg=None) for a in agents])
+    group.seed_batching = mode
+    rtol = 0 if mode == "map" else 1e-5
     rng = np.random.default_rng(0)
     singles = list(agents)
     for _ in range(5):
@@ -64,11 +68,11 @@ def test_vmapped_update_equals_separate_updates():
         for s, batch in enumerate(batches):
             singles[s], single_info = singles[s].update(batch)
             np.testing.assert_allclose(np.asarray(info["critic/critic_loss"])[s], single_info["critic/critic_loss"],
-                                       rtol=1e-5)  # fmt: skip
+                                       rtol=rtol)  # fmt: skip
     for s in range(3):
         sliced = jax.tree_util.tree_leaves(group.agent_for(s))
         for a, b in zip(sliced, jax.tree_util.tree_leaves(singles[s]), strict=True):
-            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=rtol, atol=0 if mode == "map" else 1e-6)
     # The per-seed policy acts like the seed's own agent.
     obs, key = rng.normal(size=(3,)).astype(np.float32), jax.random.PRNGKey(3)
     np.testing.assert_allclose(
@@ -271,14 +275,14 @@ def _assert_close_rows(a, b, rtol, other_rtol=None):
 @pytest.mark.slow
 @pytest.mark.parametrize("script", ["main.py", "main_online.py"])
 def test_each_seed_of_a_group_matches_its_single_seed_run(tmp_path, dataset_path, script):
-    """`--num_seeds=2` vs separate runs of seeds 3 and 4: losses of the first 100 steps within 1e-4
-    relative, evaluation success (and returns) equal, and flags.json as a single-seed run's."""
+    """`--num_seeds=2 --seed_batching=vmap` vs separate runs of seeds 3 and 4: losses of the first 100 steps
+    within 1e-4 relative, evaluation success (and returns) equal, and flags.json as a single-seed run's."""
     extra = [*MAIN, "--offline_steps=100", "--online_steps=60"] if script == "main.py" else ["--online_steps=120"]
     extra += ["--log_interval=1", "--eval_interval=50"]
     save = str(tmp_path)
     for seed in (3, 4):
         _run(script, save, f"single{seed}", dataset_path, *extra, f"--seed={seed}")
-    _run(script, save, "group", dataset_path, *extra, "--seed=3", "--num_seeds=2")
+    _run(script, save, "group", dataset_path, *extra, "--seed=3", "--num_seeds=2", "--seed_batching=vmap")
     group_dir = os.path.join(save, "g")
     for seed in (3, 4):
         single, member = os.path.join(group_dir, f"single{seed}"), os.path.join(group_dir, f"group_sd{seed}")
@@ -297,7 +301,7 @@ def test_each_seed_of_a_group_matches_its_single_seed_run(tmp_path, dataset_path
             flags_member = json.load(f)
         assert flags_member["flags"]["seed"] == seed
         assert flags_member["seed_group"]["run_names"] == ["group_sd3", "group_sd4"]
-        ignore = ("run_name", "num_seeds")
+        ignore = ("run_name", "num_seeds", "seed_batching")
         assert {k: v for k, v in flags_single["flags"].items() if k not in ignore} == {
             k: v for k, v in flags_member["flags"].items() if k not in ignore
         }
