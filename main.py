@@ -17,13 +17,10 @@ Loop outline:
      multiple of --save_interval and at the end of each phase. Steps are logged as
      offline step i -> i, online step i -> offline_steps + i.
 
-Throughput: --num_seeds=S runs S seeds in this process with one vmapped update (seed_group.py; each
-seed writes its own ordinary run directory), and --updates_per_dispatch=k runs the offline phase k
-gradient steps per host call with windows sampled on the device (offline_dispatch.py).
-
-Example (QC on cube-double, paper settings):
-  python main.py --env_name=cube-double-play-singletask-task2-v0 --horizon_length=5 \
-      --agent.actor_type=best-of-n --agent.actor_num_samples=32
+Throughput: --num_seeds=S runs S seeds in this process with one jitted update for all of them
+(seed_group.py: vmap on an accelerator, lax.map on CPU; each seed writes its own ordinary run
+directory), and --updates_per_dispatch=k runs the offline phase k gradient steps per host call with
+windows sampled on the device (offline_dispatch.py).
 """
 
 import functools

@@ -14,8 +14,8 @@ Loop outline:
   5. Evaluation (open-loop chunks) at every multiple of --eval_interval and at the end;
      checkpoints at every multiple of --save_interval and at the end.
 
---num_seeds=S runs S seeds in this process with one vmapped update (seed_group.py); each seed
-writes its own ordinary run directory.
+--num_seeds=S runs S seeds in this process with one jitted update for all of them (seed_group.py);
+each seed writes its own ordinary run directory.
 
 Example (QC-RLPD on cube-double):
   python main_online.py --env_name=cube-double-play-singletask-task2-v0 --horizon_length=5 --agent.bc_alpha=0.01

@@ -146,7 +146,10 @@ def run_offline_phase(group, first: int, start: float):
     logging.info(
         "Offline phase: up to %d steps per dispatch, windows sampled %s.",
         cfg.updates_per_dispatch,
-        "on the device" if kind == "device" else "on the host by a prefetching thread (the dataset does not fit)",
+        "on the device"
+        if kind == "device"
+        else "on the host by a prefetching thread"
+        + (" (the dataset does not fit on the device)" if cfg.offline_sampler == "auto" else ""),
     )
     keys = None
     if group.num_seeds == 1:

@@ -117,8 +117,8 @@ def define_flags(driver: str, flag_values=FLAGS):
         "num_seeds",
         1,
         "Train this many independent runs in one process, seeds --seed .. --seed+num_seeds-1: the agents are "
-        "stacked and updated by one vmapped, jitted step; each seed keeps its own environments, samplers, random "
-        "streams, evaluation and run directory (<run_name>_sd<seed> when --run_name is given).",
+        "stacked and updated by one jitted step (see --seed_batching); each seed keeps its own environments, "
+        "samplers, random streams, evaluation and run directory (<run_name>_sd<seed> when --run_name is given).",
         **fv,
     )
     flags.DEFINE_enum(
@@ -596,6 +596,11 @@ class RunConfig:
             )
         if self.updates_per_dispatch < 1:
             raise ValueError(f"--updates_per_dispatch={self.updates_per_dispatch} must be >= 1.")
+        if self.offline_sampler == "device" and self.updates_per_dispatch == 1 and self.offline_steps > 0:
+            raise ValueError(
+                "--offline_sampler=device needs --updates_per_dispatch > 1 (with 1 the offline phase is the "
+                "reference's host loop); pass e.g. --updates_per_dispatch=100, or drop --offline_sampler."
+            )
         checks = [
             ("offline_steps", self.offline_steps >= 0, "must be >= 0"),
             ("online_steps", self.online_steps >= 0, "must be >= 0"),
@@ -1074,6 +1079,14 @@ def seed_configs(cfg: RunConfig) -> List[RunConfig]:
     """
     if cfg.num_seeds == 1:
         return [cfg]
+    if cfg.run_name and re.search(r"_sd\d+$", cfg.run_name):
+        logging.warning(
+            "--run_name=%s already ends in _sd<seed>; with --num_seeds=%d the runs are %s_sd<seed>. To resume one "
+            "seed of a group, pass --num_seeds=1 --seed=<its seed> and its directory name.",
+            cfg.run_name,
+            cfg.num_seeds,
+            cfg.run_name,
+        )
     configs = []
     for s in range(cfg.num_seeds):
         seed = cfg.seed + s
@@ -1118,6 +1131,7 @@ def _group_resume_states(configs: List[RunConfig], agents_: List, datasets: List
             run_state.truncate_csvs(d, meta["csv_rows"])
             logging.info("Resuming from %s (%s step %d)", meta["path"], meta["phase"], meta["step_in_phase"])
         else:
+            logging.warning("--resume: %s has no complete run state; starting it fresh.", d)
             shutil.rmtree(os.path.join(d, "state"), ignore_errors=True)  # a fresh start
     return metas
 

@@ -56,7 +56,8 @@ class TimeSplit:
     `updates`, and device work that overlaps host sampling is not counted twice.
 
     `metrics()` -> `time/<section>_s` (cumulative seconds), `time/<section>_frac` (share of the
-    wall-clock time since the start) and `time/total_s`; `time/other_frac` is what no section
+    wall-clock time since this process started its loop; a resumed run starts again from 0) and
+    `time/total_s`; `time/other_frac` is what no section
     covers (the loop itself, progress bars, run setup after a resume).
     """
 

@@ -164,6 +164,7 @@ def test_seed_configs_name_each_seed(monkeypatch):
         (["--num_seeds=0"], "--num_seeds=0 must be >= 1"),
         (["--seed=4294967295", "--num_seeds=2"], "the last seed, 4294967296, is outside"),
         (["--updates_per_dispatch=0"], "--updates_per_dispatch=0 must be >= 1"),
+        (["--offline_sampler=device"], "needs --updates_per_dispatch > 1"),  # k = 1 would silently ignore it
     ],
 )
 def test_bad_group_flags(monkeypatch, argv, message):
