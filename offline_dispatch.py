@@ -151,7 +151,6 @@ def run_offline_phase(group, first: int, start: float):
         else "on the host by a prefetching thread"
         + (" (the dataset does not fit on the device)" if cfg.offline_sampler == "auto" else ""),
     )
-    keys = None
     if group.num_seeds == 1:
         keys = seeding.jax_key(group.runs[0].cfg.seed, "device_sampler")
     else:
@@ -170,7 +169,7 @@ def run_offline_phase(group, first: int, start: float):
         while done < cfg.offline_steps:
             n = dispatch_size(done, cfg)
             shard_before = group.runs[0].train_dataset
-            if kind == "host" and prefetchers.samplers and _shard_due(done + 1, cfg, group):
+            if kind == "host" and prefetchers.samplers and group.shard_due(done + 1):
                 prefetchers.close()  # the dataset generator goes back to where the consumer stopped
             group.maybe_next_shard(done + 1)
             if kind == "device":
@@ -207,8 +206,3 @@ def run_offline_phase(group, first: int, start: float):
         bar.close()
         if prefetchers.samplers:
             prefetchers.close()
-
-
-def _shard_due(step: int, cfg, group) -> bool:
-    interval = cfg.dataset_replace_interval
-    return group.runs[0].env_data.next_shard is not None and interval > 0 and step % interval == 0

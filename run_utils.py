@@ -7,11 +7,12 @@
 * Errors: `InputError` is a bad input found before training (flags, agent config, data
   files, rendering); `run_cli` prints it as one line. Anything raised once training has
   started keeps its traceback.
-* Setup: `setup_experiment` -> `Run` (envs, datasets, agent, run directory,
+* Setup: `setup_runs` -> one `Run` per seed (envs, datasets, agent, run directory,
   `flags.json` with the resolved agent config and the task that runs, CSV/wandb logger).
 * Loop pieces: `sample_windows` (the one place batches are drawn, with `horizon_length`
   and `discount` read from the agent config), `sample_mixed_batch`,
-  `Run.end_of_step` (checkpoint, then evaluation), `OnlineCollector`.
+  `Run.evaluate`, `Run.write_state`, `OnlineCollector`; the loop's per-step schedule (checkpoint,
+  then evaluation, then run state) is `seed_group.SeedGroup`'s.
 
 Random streams come from `utils.seeding` (one split of `--seed`, no aliasing).
 """
@@ -706,7 +707,7 @@ def _apply_method(driver: str, flag_values, values: Dict, config: Dict) -> Dict:
 
 @dataclasses.dataclass
 class Run:
-    """Everything both drivers build before their loops (`setup_experiment`).
+    """Everything both drivers build for one seed before their loops (`setup_runs`).
 
     Attributes:
         cfg: the run settings.
@@ -835,17 +836,6 @@ class Run:
     def global_step(self, step_in_phase: int, phase: str) -> int:
         """Offline step i logs as i, online step i as `offline_steps + i`."""
         return step_in_phase + (self.cfg.offline_steps if phase == "online" else 0)
-
-    def end_of_step(self, agent, step_in_phase: int, phase: str):
-        """Checkpoint, then evaluate, on their schedules (`should_save`, `should_evaluate`).
-
-        The checkpoint comes first, so an evaluation that fails never loses the phase's work.
-        """
-        phase_steps, step = self.phase_steps(phase), self.global_step(step_in_phase, phase)
-        if should_save(step_in_phase, phase_steps, self.cfg.save_interval):
-            save_checkpoint(agent, self.run_dir, step=step, phase=phase)
-        if should_evaluate(step_in_phase, phase_steps, self.cfg.eval_interval):
-            self.evaluate(agent, step)
 
     def evaluate(self, agent, step: int) -> Dict:
         """Evaluate `agent` at global `step` and log it to this run's `eval` CSV (`evaluate_and_log`).
@@ -1234,15 +1224,6 @@ def setup_runs(cfg: RunConfig) -> List[Run]:
     return runs
 
 
-def setup_experiment(cfg: RunConfig) -> Run:
-    """The one run of a single-seed `cfg` (`setup_runs`); `ValueError` for `--num_seeds` > 1."""
-    if cfg.num_seeds != 1:
-        raise ValueError(
-            "setup_experiment builds one run; use setup_runs (or seed_group.setup_group) for --num_seeds > 1"
-        )
-    return setup_runs(cfg)[0]
-
-
 # ------------------------------------------------------------------------------------------------ loop
 
 
@@ -1275,19 +1256,6 @@ def sample_windows(source: Dataset, agent_config, batch_size: int) -> Dict:
     """
     return source.sample_sequence(
         batch_size, sequence_length=agent_config["horizon_length"], discount=agent_config["discount"]
-    )
-
-
-def maybe_next_shard(run: Run, step: int, dataset: Dataset) -> Dataset:
-    """The next dataset shard at every multiple of `--dataset_replace_interval`, else `dataset`.
-
-    The new shard keeps drawing from the `dataset` stream's generator (no new seed).
-    """
-    interval = run.cfg.dataset_replace_interval
-    if run.env_data.next_shard is None or interval <= 0 or step % interval:
-        return dataset
-    return Dataset.create(
-        **run.env_data.next_shard(), rng=dataset.rng, stop_reward_at_mask_zero=dataset.stop_reward_at_mask_zero
     )
 
 
@@ -1341,13 +1309,6 @@ def evaluate_and_log(
         logger.wandb_run.log({"eval/video": wandb.Video(video, fps=15)}, step=step)
     logging.info("step %d: eval success %.3f", step, stats.get("success", float("nan")))
     return stats
-
-
-def log_update_info(logger: Logger, info: Dict, prefix: str, step: int, rate_key: str, rate: float):
-    """Fetch an update's metrics from the device, add `time/<rate_key>` and log them under `prefix`."""
-    info = jax.device_get(info)
-    info[f"time/{rate_key}"] = rate
-    logger.log(info, prefix, step=step)
 
 
 def episode_stats(info: Dict) -> Dict:
@@ -1515,19 +1476,16 @@ __all__ = [
     "run_cli",
     "RunConfig",
     "Run",
-    "setup_experiment",
     "setup_run",
     "check_dataset_windows",
     "check_rendering",
     "trajectory_lengths",
     "sample_windows",
     "make_replay_buffer",
-    "maybe_next_shard",
     "should_evaluate",
     "should_save",
     "save_checkpoint",
     "evaluate_and_log",
-    "log_update_info",
     "episode_stats",
     "stack_for_utd",
     "OnlineCollector",

@@ -268,12 +268,19 @@ class SeedGroup:
 
     # ---- data ---------------------------------------------------------------------------------------
 
-    def maybe_next_shard(self, step: int):
-        """Every seed moves to the next dataset shard at the same steps (loaded once, shared arrays)."""
-        first = self.runs[0]
+    def shard_due(self, step: int) -> bool:
+        """True when the next dataset shard is loaded before `step` (every `--dataset_replace_interval`)."""
         interval = self.cfg.dataset_replace_interval
-        if first.env_data.next_shard is None or interval <= 0 or step % interval:
+        return self.runs[0].env_data.next_shard is not None and interval > 0 and step % interval == 0
+
+    def maybe_next_shard(self, step: int):
+        """Every seed moves to the next dataset shard at the same steps (loaded once, shared arrays).
+
+        The new shard keeps drawing from each seed's `dataset` stream generator (no new seed).
+        """
+        if not self.shard_due(step):
             return
+        first = self.runs[0]
         with self.split("sampling"):
             fields = first.env_data.next_shard()
             shared = None
@@ -351,7 +358,10 @@ class SeedGroup:
                 run.logger.log({**row, **extra}, prefix, step=step)
 
     def end_of_step(self, step_in_phase: int, phase: str):
-        """Checkpoint, then evaluate each seed on their schedules (see `run_utils.Run.end_of_step`)."""
+        """Checkpoint, then evaluate each seed on their schedules (`run_utils.should_save`, `should_evaluate`).
+
+        The checkpoint comes first, so an evaluation that fails never loses the phase's work.
+        """
         phase_steps = self.runs[0].phase_steps(phase)
         save = run_utils.should_save(step_in_phase, phase_steps, self.cfg.save_interval)
         evaluate = run_utils.should_evaluate(step_in_phase, phase_steps, self.cfg.eval_interval)
