@@ -381,30 +381,25 @@ def section_eval(args, rows):
     start = time.perf_counter()
     stats, _, _ = evaluation.evaluate(agent, env, args.eval_episodes, seed=0, step=0, progress=False)
     sequential = time.perf_counter() - start
-    vector_env = evaluation.make_eval_vector_env(make_env, args.eval_envs, "sync")
-    try:
-        evaluation.evaluate_batched(agent, vector_env, 1, seed=1, step=1, progress=False)  # compiles
-        start = time.perf_counter()
-        batched_stats, _, _ = evaluation.evaluate_batched(agent, vector_env, args.eval_episodes, seed=0, step=0,
-                                                          progress=False)  # fmt: skip
-        batched = time.perf_counter() - start
-    finally:
-        vector_env.close()
-    if batched_stats["success"] != stats["success"]:
-        raise SystemExit("batched and sequential evaluation disagree")
-    async_seconds = None
-    if args.eval_async_envs > 1:  # one subprocess per env: the env steps spread over the cores
-        vector_env = evaluation.make_eval_vector_env(make_env, args.eval_async_envs, "async")
+
+    def batched_seconds(num_envs, mode):
+        """Wall seconds of the batched evaluation (env start-up and compilation not timed)."""
+        vector_env = evaluation.make_eval_vector_env(make_env, num_envs, mode)
         try:
-            evaluation.evaluate_batched(agent, vector_env, 1, seed=1, step=1, progress=False)
+            evaluation.evaluate_batched(agent, vector_env, 1, seed=1, step=1, progress=False)  # compiles
             start = time.perf_counter()
-            async_stats, _, _ = evaluation.evaluate_batched(agent, vector_env, args.eval_episodes, seed=0, step=0,
-                                                            progress=False)  # fmt: skip
-            async_seconds = time.perf_counter() - start
+            batched_stats, _, _ = evaluation.evaluate_batched(agent, vector_env, args.eval_episodes, seed=0, step=0,
+                                                              progress=False)  # fmt: skip
+            seconds = time.perf_counter() - start
         finally:
             vector_env.close()
-        if async_stats["success"] != stats["success"]:
-            raise SystemExit("async batched and sequential evaluation disagree")
+        if batched_stats["success"] != stats["success"]:
+            raise SystemExit(f"{mode} batched and sequential evaluation disagree")
+        return seconds
+
+    batched = batched_seconds(args.eval_envs, "sync")
+    # One subprocess per env: the env steps spread over the cores.
+    async_seconds = batched_seconds(args.eval_async_envs, "async") if args.eval_async_envs > 1 else None
     theirs = collect(spawn("reference", "eval", args))["seconds"] if args.reference_dir else None
     unit = f"seconds for {args.eval_episodes} episodes"
     rows.append(dict(section="eval", setting="sequential", unit=unit, ours=sequential, reference=theirs))

@@ -6,13 +6,10 @@ group must match the single-seed run of that seed, a killed group must resume ex
 offline dispatch must give the batches its sampler promises.
 """
 
-import csv
 import dataclasses
 import json
 import math
 import os
-import subprocess
-import sys
 import time
 import types
 
@@ -25,10 +22,9 @@ import run_state
 import run_utils
 import seed_group
 from agents.acfql import ACFQLAgent, get_config
+from tests.driver_runs import assert_same_run, csv_rows, run_driver, tiny_dataset
 from tests.test_cli import parse
 from utils.datasets import ReplayBuffer
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # ---------------------------------------------------------------- pieces
 
@@ -233,29 +229,15 @@ MAIN = ["--agent.actor_num_samples=4", "--agent.flow_steps=2"]
 
 @pytest.fixture(scope="module")
 def dataset_path(tmp_path_factory):
-    from envs.generate_dataset import generate_dataset
-
-    path = str(tmp_path_factory.mktemp("data") / "cube-single-play-v0.npz")
-    generate_dataset(
-        "cube-single-play-v0", num_episodes=2, seed=0, save_path=path, max_episode_steps=60, progress=False
-    )
-    return path
+    return tiny_dataset(tmp_path_factory.mktemp("data"))
 
 
 def _run(script, save_dir, name, dataset_path, *extra, env_extra=None, expect=0):
-    cmd = [sys.executable, script, f"--save_dir={save_dir}", "--run_group=g", f"--run_name={name}",
-           f"--dataset_path={dataset_path}", *TINY, *extra]  # fmt: skip
-    env = dict(os.environ, JAX_PLATFORMS="cpu", WANDB_MODE="disabled", **(env_extra or {}))
-    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert result.returncode == expect, result.stderr[-3000:]
-    return os.path.join(save_dir, "g")
+    run_driver(script, save_dir, name, dataset_path, [*TINY, *extra], env_extra=env_extra, expect=expect)
 
 
 def _rows(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return list(csv.DictReader(f))
+    return csv_rows(path, drop_time=False)
 
 
 def _numbers(rows, skip=("time", "episode.duration")):
@@ -309,25 +291,6 @@ def test_each_seed_of_a_group_matches_its_single_seed_run(tmp_path, dataset_path
         assert os.path.isfile(os.path.join(member, "DONE.json"))
 
 
-def _params(run_dir, step):
-    from flax import serialization
-
-    with open(os.path.join(run_dir, "checkpoints", f"agent_{step}.msgpack"), "rb") as f:
-        payload = serialization.msgpack_restore(f.read())
-    return jax.tree_util.tree_leaves(payload["agent"]["network"]["params"])
-
-
-def _assert_same(a, b, final_step):
-    for name in ("eval.csv", "env.csv", "offline_agent.csv", "online_agent.csv"):
-        ra = [{k: v for k, v in r.items() if not k.startswith("time") and "duration" not in k}
-              for r in _rows(os.path.join(a, name))]  # fmt: skip
-        rb = [{k: v for k, v in r.items() if not k.startswith("time") and "duration" not in k}
-              for r in _rows(os.path.join(b, name))]  # fmt: skip
-        assert ra == rb, name
-    for x, y in zip(_params(a, final_step), _params(b, final_step), strict=True):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "kill_at, extra, final",
@@ -349,7 +312,7 @@ def test_killed_group_resumes_exactly(tmp_path, dataset_path, kill_at, extra, fi
     )
     _run("main.py", save, "cut", dataset_path, *args, "--resume")
     for seed in (0, 1):
-        _assert_same(os.path.join(group_dir, f"ref_sd{seed}"), os.path.join(group_dir, f"cut_sd{seed}"), final)
+        assert_same_run(os.path.join(group_dir, f"ref_sd{seed}"), os.path.join(group_dir, f"cut_sd{seed}"), final)
 
 
 @pytest.mark.slow
@@ -363,8 +326,8 @@ def test_offline_dispatch_samplers(tmp_path, dataset_path):
     _run("main.py", save, "dev4", dataset_path, *args, "--updates_per_dispatch=4", "--offline_sampler=device")
     _run("main.py", save, "dev10", dataset_path, *args, "--updates_per_dispatch=10")  # auto: device (it fits)
     g = os.path.join(save, "g")
-    _assert_same(os.path.join(g, "k1"), os.path.join(g, "host7"), 40)
-    _assert_same(os.path.join(g, "dev4"), os.path.join(g, "dev10"), 40)
+    assert_same_run(os.path.join(g, "k1"), os.path.join(g, "host7"), 40)
+    assert_same_run(os.path.join(g, "dev4"), os.path.join(g, "dev10"), 40)
     assert _rows(os.path.join(g, "k1", "offline_agent.csv")) != _rows(os.path.join(g, "dev4", "offline_agent.csv"))
     # Every row carries the time split.
     row = _rows(os.path.join(g, "dev10", "offline_agent.csv"))[-1]

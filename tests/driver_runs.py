@@ -1,0 +1,72 @@
+"""What the end-to-end driver tests share (tests/test_resume.py, tests/test_seed_group.py).
+
+`tiny_dataset` writes a two-episode cube-single dataset, `run_driver` runs `main.py` or
+`main_online.py` in a subprocess on it, and `assert_same_run` compares two run directories: the same
+CSV rows (wall-clock columns aside), the same final parameters, and a finished second run.
+"""
+
+import csv
+import os
+import subprocess
+import sys
+
+import numpy as np
+from flax import serialization
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tiny_dataset(directory) -> str:
+    """Generate `<directory>/cube-single-play-v0.npz` (2 episodes of 60 rows); returns its path."""
+    from envs.generate_dataset import generate_dataset
+
+    path = os.path.join(str(directory), "cube-single-play-v0.npz")
+    generate_dataset(
+        "cube-single-play-v0", num_episodes=2, seed=0, save_path=path, max_episode_steps=60, progress=False
+    )
+    return path
+
+
+def run_driver(script, save_dir, name, dataset_path, flags, env_extra=None, expect=0, timeout=900):
+    """Run `script` with `flags` into `<save_dir>/g/<name>`; assert its exit status; `(run_dir, result)`."""
+    cmd = [sys.executable, script, f"--save_dir={save_dir}", "--run_group=g", f"--run_name={name}",
+           f"--dataset_path={dataset_path}", *flags]  # fmt: skip
+    env = dict(os.environ, JAX_PLATFORMS="cpu", WANDB_MODE="disabled", **(env_extra or {}))
+    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == expect, result.stderr[-3000:]
+    return os.path.join(save_dir, "g", name), result
+
+
+def csv_rows(path, drop_time=True):
+    """The rows of a CSV file as dicts ([] when it does not exist), wall-clock columns dropped by default."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    return [{k: v for k, v in r.items() if not (drop_time and (k.startswith("time") or "duration" in k))} for r in rows]
+
+
+def checkpoint_params(run_dir, step):
+    with open(os.path.join(run_dir, "checkpoints", f"agent_{step}.msgpack"), "rb") as f:
+        payload = serialization.msgpack_restore(f.read())
+    return payload["agent"]["network"]["params"]
+
+
+def assert_same_run(a, b, final_step):
+    """Equal eval/env/agent CSV rows (time columns aside), equal parameters at `final_step`, `b` finished."""
+    for name in ("eval.csv", "env.csv", "offline_agent.csv", "online_agent.csv"):
+        assert csv_rows(os.path.join(a, name)) == csv_rows(os.path.join(b, name)), name
+    assert csv_rows(os.path.join(a, "eval.csv")), "the reference run evaluated nothing"
+    flat_a = serialization.to_state_dict(checkpoint_params(a, final_step))
+    flat_b = serialization.to_state_dict(checkpoint_params(b, final_step))
+
+    def compare(x, y):
+        if isinstance(x, dict):
+            assert x.keys() == y.keys()
+            for k in x:
+                compare(x[k], y[k])
+        else:
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+    compare(flat_a, flat_b)
+    assert os.path.isfile(os.path.join(b, "DONE.json"))
