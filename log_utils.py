@@ -7,10 +7,12 @@
 `<prefix>/*` metric (`define_wandb_metrics`), so wandb's panels plot against environment steps.
 """
 
+import contextlib
 import csv
 import json
 import math
 import os
+import time
 from datetime import datetime
 from typing import Dict, Optional
 
@@ -176,3 +178,66 @@ def write_json(path: str, data: Dict):
 
     with open(path, "w") as f:
         json.dump(clean(data), f, indent=2, default=default, sort_keys=True)
+
+
+# ------------------------------------------------------------------------------------------------ time split
+
+TIME_SECTIONS = ("updates", "sampling", "env_steps", "evaluation", "logging", "checkpoints")
+
+
+class TimeSplit:
+    """Wall-clock seconds of a driver's loop by section (`TIME_SECTIONS`), from construction on.
+
+    `with split("updates"): ...` adds the block's duration to its section. Device work is
+    asynchronous: the host may run one update ahead of the device (so the next batch is sampled while
+    the device computes). Entering `updates` first waits for all but the newest dispatched update
+    (`dispatched(outputs)` after each one), and `wait()` before logging, evaluation and checkpoints
+    waits for all; both waits count as `updates`, so device work that overlaps host sampling is not
+    counted twice.
+
+    `metrics()` -> `time/<section>_s` (cumulative seconds), `time/<section>_frac` (share of the
+    wall-clock time since this process started its loop; a resumed run starts again from 0),
+    `time/total_s` and `time/other_frac` (what no section covers: the loop itself, progress bars).
+    """
+
+    def __init__(self):
+        self.start = time.perf_counter()
+        self.seconds = {name: 0.0 for name in TIME_SECTIONS}
+        self._pending = []
+
+    @contextlib.contextmanager
+    def __call__(self, section: str):
+        if section not in self.seconds:
+            raise ValueError(f"unknown time section {section!r}; sections are {TIME_SECTIONS}.")
+        begin = time.perf_counter()
+        try:
+            if section == "updates":
+                self._block(ahead=1)
+            yield
+        finally:
+            self.seconds[section] += time.perf_counter() - begin
+
+    def dispatched(self, outputs):
+        """Remember the newest device outputs (entering `updates` and `wait` block on them)."""
+        self._pending.append(outputs)
+
+    def _block(self, ahead: int):
+        import jax
+
+        while len(self._pending) > ahead:
+            jax.block_until_ready(self._pending.pop(0))
+
+    def wait(self):
+        """Block until every dispatched device work is done (counted as `updates`)."""
+        if self._pending:
+            with self("updates"):
+                self._block(ahead=0)
+
+    def metrics(self) -> Dict[str, float]:
+        total = max(time.perf_counter() - self.start, 1e-9)
+        out = {"time/total_s": total}
+        for name, seconds in self.seconds.items():
+            out[f"time/{name}_s"] = seconds
+            out[f"time/{name}_frac"] = seconds / total
+        out["time/other_frac"] = max(0.0, 1.0 - sum(self.seconds.values()) / total)
+        return out

@@ -1,26 +1,19 @@
-"""Offline-to-online RL with action chunks (QC, QC-FQL, BFN, BFN-n, FQL, FQL-n).
+"""Offline-to-online RL with action chunks (QC, QC-FQL, BFN, BFN-n, FQL, FQL-n; any agent of `main.py`).
 
 Loop outline:
-  1. Build the training and evaluation envs and the offline dataset (envs/); --sparse and the
-     action clipping are applied to the dataset by the same code that transforms online rewards.
-  2. Offline phase, steps 1..offline_steps: each step samples B windows of h = --horizon_length
-     steps (run_utils.sample_windows: h and discount read from the agent config) and takes one gradient step
-     (agent.update). With several dataset shards, the next shard is loaded every
-     --dataset_replace_interval steps.
+  1. Build the envs, the offline dataset, the agent and the run directory (`runner.setup`); with
+     --num_seeds=S, one run per seed, the agents stacked (`runner.seed_group`).
+  2. Offline phase, steps 1..offline_steps: sample B windows of h = --horizon_length steps from the
+     offline data, take one gradient step (agent.update), log, checkpoint and evaluate on their
+     intervals, write a run state when due. --updates_per_dispatch=k takes up to k steps per call
+     (runner.dispatch). With several dataset shards the next is loaded every --dataset_replace_interval.
   3. A replay buffer is created from the offline dataset.
-  4. Online phase, steps 1..online_steps: one environment step per iteration. Chunks are executed
-     open-loop by an action queue that calls the policy only when it is empty and is cleared at
-     every episode end. From --start_training on, every step samples utd_ratio * B windows from
-     the replay buffer and runs utd_ratio gradient steps in one lax.scan (agent.batch_update).
-  5. Evaluation (open-loop chunks, --eval_episodes episodes) at every multiple of
-     --eval_interval of each phase and once at the end of each phase; checkpoints at every
-     multiple of --save_interval and at the end of each phase. Steps are logged as
-     offline step i -> i, online step i -> offline_steps + i.
-
-Throughput: --num_seeds=S runs S seeds in this process with one jitted update for all of them
-(seed_group.py: vmap on an accelerator, lax.map on CPU; each seed writes its own ordinary run
-directory), and --updates_per_dispatch=k runs the offline phase k gradient steps per host call with
-windows sampled on the device (offline_dispatch.py).
+  4. Online phase, steps 1..online_steps: one environment step (chunks run open-loop by an action
+     queue that calls the policy only when empty); from --start_training on, utd_ratio * B windows
+     from the replay buffer and utd_ratio gradient steps in one lax.scan (agent.batch_update).
+  5. Evaluation (open-loop chunks, --eval_episodes episodes) at every multiple of --eval_interval of
+     each phase and at the end of each phase. Steps are logged as offline step i -> i, online step
+     i -> offline_steps + i.
 """
 
 import functools
@@ -30,56 +23,64 @@ import time
 import tqdm
 from absl import app, flags, logging
 
-import offline_dispatch
-import run_state
-import run_utils
-import seed_group
+from runner import cli, dispatch, resume
+from runner.config import RunConfig
+from runner.flags import define_flags
+from runner.seed_group import SeedGroup
+from runner.setup import setup_runs
 
 FLAGS = flags.FLAGS
-run_utils.define_flags("main")
+define_flags("main")
 
 
 def main(_):
-    preemption = run_state.PreemptionFlag().install()  # before setup: a signal then stops at the first step
-    cfg = run_utils.RunConfig.from_flags(FLAGS, driver="main")
-    group = seed_group.setup_group(cfg, preemption)
-    bar = functools.partial(tqdm.trange, disable=not cfg.progress, smoothing=0.1, dynamic_ncols=True)
+    preemption = resume.PreemptionFlag().install()  # before setup: a signal then stops at the first step
+    cfg = RunConfig.from_flags(FLAGS, driver="main")
+    group = SeedGroup(setup_runs(cfg), preemption)  # one run per seed; group.agent: the agent (stacked for S > 1)
+    agent, timer = group.agent, group.timer
+    bar = functools.partial(tqdm.tqdm, disable=not cfg.progress, smoothing=0.1, dynamic_ncols=True)
 
-    # ---- Offline phase -----------------------------------------------------------------------
-    first = group.start_step("offline")
-    start = time.time()
-    if cfg.updates_per_dispatch > 1 and first < cfg.offline_steps:
-        offline_dispatch.run_offline_phase(group, first, start)
-    else:
-        offline_dispatch.check_resume_sampler(group, "host")
-        for i in bar(first + 1, cfg.offline_steps + 1, initial=first, total=cfg.offline_steps, desc="offline"):
-            group.maybe_next_shard(i)
-            info = group.update(group.sample_offline())
-            if i % cfg.log_interval == 0:
-                rate = (i - first) / (time.time() - start)
-                group.log_update(info, "offline_agent", i, "steps_per_second", rate)
-            group.end_of_step(i, phase="offline")
-            group.write_state_if_due(i, "offline")
+    # ---- Offline phase: sample -> update -> log -> save/evaluate -> run state ---------------------------------
+    sampler = dispatch.offline_sampler(group)
+    update = sampler.update_fn()  # ACFQLAgent.update for one seed and --updates_per_dispatch=1
+    step = first = group.start_step("offline")
+    start, progress = time.time(), bar(initial=step, total=cfg.offline_steps, desc="offline")
+    while step < cfg.offline_steps:
+        n = dispatch.dispatch_size(step, cfg)  # 1 unless --updates_per_dispatch > 1
+        batch = sampler.sample(step + 1, n)
+        with timer("updates"):
+            agent, info = update(agent, batch)
+        timer.dispatched(info)
+        step += n
+        progress.update(n)
+        if step % cfg.log_interval == 0:
+            group.log_update(info, "offline_agent", step, "steps_per_second", (step - first) / (time.time() - start))
+        group.save_and_evaluate(agent, step, "offline")
+        group.write_state_if_due(agent, step, "offline")
+    progress.close()
+    sampler.close()
 
-    # ---- Online phase ------------------------------------------------------------------------
+    # ---- Online phase: act -> sample -> update -> log -> save/evaluate -> run state ---------------------------
     if cfg.online_steps > 0:
         group.start_online(with_offline_data=True)
-        utd = cfg.utd_ratio
+        batch_update = group.batch_update_fn()  # ACFQLAgent.batch_update for one seed
         first = group.start_step("online")
         start = time.time()
-        for i in bar(first + 1, cfg.online_steps + 1, initial=first, total=cfg.online_steps, desc="online"):
-            group.collect(i)
+        for i in bar(range(first + 1, cfg.online_steps + 1), initial=first, total=cfg.online_steps, desc="online"):
+            group.collect(agent, i)
             if i >= cfg.start_training:
-                info = group.batch_update(group.sample_replay(utd))
+                batch = group.sample_replay(cfg.utd_ratio)
+                with timer("updates"):
+                    agent, info = batch_update(agent, batch)
+                timer.dispatched(info)
                 if i % cfg.log_interval == 0:
                     rate = (i - first) / (time.time() - start)
-                    step = group.runs[0].global_step(i, "online")
-                    group.log_update(info, "online_agent", step, "env_steps_per_second", rate)
-            group.end_of_step(i, phase="online")
-            group.write_state_if_due(i, "online")
+                    group.log_update(info, "online_agent", cfg.offline_steps + i, "env_steps_per_second", rate)
+            group.save_and_evaluate(agent, i, "online")
+            group.write_state_if_due(agent, i, "online")
     group.finish()
     logging.info("Done. Logs and checkpoints in %s", ", ".join(os.path.abspath(r.run_dir) for r in group.runs))
 
 
 if __name__ == "__main__":
-    app.run(run_utils.run_cli(main), flags_parser=functools.partial(run_utils.parse_flags, driver="main"))
+    app.run(cli.run_cli(main), flags_parser=functools.partial(cli.parse_flags, driver="main"))

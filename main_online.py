@@ -1,24 +1,20 @@
-"""Online RL with offline data mixed into every batch (RLPD, RLPD-AC, QC-RLPD).
+"""Online RL with offline data mixed into every batch (RLPD, RLPD-AC, QC-RLPD; any agent of `main_online.py`).
 
 Loop outline:
-  1. Build the training and evaluation envs and the offline dataset (envs/), with the same
-     reward transform (--sparse, robomimic's -1 shift) for offline data and online rewards.
+  1. Build the envs, the offline dataset, the agent and the run directory (`runner.setup`), with the
+     same reward transform (--sparse, robomimic's -1 shift) for offline data and online rewards; with
+     --num_seeds=S, one run per seed, the agents stacked (`runner.seed_group`).
   2. Start from an empty replay buffer of --buffer_size transitions.
   3. Steps 1..online_steps: one environment step per iteration; chunks of h = --horizon_length
-     actions are executed open-loop by an action queue that calls the policy only when it is
-     empty and is cleared at every episode end.
-  4. From --start_training on (and once the buffer holds h transitions), every step draws
-     utd_ratio batches of B windows; in each, floor(--offline_ratio * B) windows come from the
-     offline data and the rest from the replay buffer, and utd_ratio gradient steps run in one
-     lax.scan (agent.batch_update).
-  5. Evaluation (open-loop chunks) at every multiple of --eval_interval and at the end;
-     checkpoints at every multiple of --save_interval and at the end.
-
---num_seeds=S runs S seeds in this process with one jitted update for all of them (seed_group.py);
-each seed writes its own ordinary run directory.
+     actions run open-loop by an action queue that calls the policy only when it is empty.
+  4. From --start_training on (and once the buffer holds h transitions), utd_ratio batches of B
+     windows, floor(--offline_ratio * B) of each from the offline data and the rest from the replay
+     buffer, and utd_ratio gradient steps in one lax.scan (agent.batch_update).
+  5. Evaluation (open-loop chunks) at every multiple of --eval_interval and at the end; checkpoints at
+     every multiple of --save_interval and at the end.
 
 Example (QC-RLPD on cube-double):
-  python main_online.py --env_name=cube-double-play-singletask-task2-v0 --horizon_length=5 --agent.bc_alpha=0.01
+  python main_online.py --method=qc-rlpd --env_name=cube-double-play-singletask-task2-v0
 """
 
 import functools
@@ -28,37 +24,47 @@ import time
 import tqdm
 from absl import app, flags, logging
 
-import run_state
-import run_utils
-import seed_group
+from runner import cli, resume
+from runner.config import RunConfig
+from runner.flags import define_flags
+from runner.seed_group import SeedGroup
+from runner.setup import setup_runs
 
 FLAGS = flags.FLAGS
-run_utils.define_flags("main_online")
+define_flags("main_online")
 
 
 def main(_):
-    preemption = run_state.PreemptionFlag().install()  # before setup: a signal then stops at the first step
-    cfg = run_utils.RunConfig.from_flags(FLAGS, driver="main_online")
-    group = seed_group.setup_group(cfg, preemption)
-
+    preemption = resume.PreemptionFlag().install()  # before setup: a signal then stops at the first step
+    cfg = RunConfig.from_flags(FLAGS, driver="main_online")
+    group = SeedGroup(setup_runs(cfg), preemption)  # one run per seed; group.agent: the agent (stacked for S > 1)
+    agent, timer = group.agent, group.timer
     group.start_online(with_offline_data=False)
+    batch_update = group.batch_update_fn()  # ACRLPDAgent.batch_update for one seed
     h = group.agent_config["horizon_length"]
+
+    # ---- act -> sample -> update -> log -> save/evaluate -> run state -----------------------------------------
     first = group.start_step("online")
     start = time.time()
-    for i in tqdm.trange(first + 1, cfg.online_steps + 1, initial=first, total=cfg.online_steps, desc="online",
-                         disable=not cfg.progress, smoothing=0.1, dynamic_ncols=True):  # fmt: skip
-        group.maybe_next_shard(i)
-        group.collect(i)
+    steps = range(first + 1, cfg.online_steps + 1)
+    for i in tqdm.tqdm(steps, initial=first, total=cfg.online_steps, desc="online", disable=not cfg.progress,
+                       smoothing=0.1, dynamic_ncols=True):  # fmt: skip
+        if group.shard_due(i):
+            group.next_shard()
+        group.collect(agent, i)
         if i >= cfg.start_training and (group.replay_size >= h or cfg.offline_ratio == 1.0):
-            info = group.batch_update(group.sample_mixed())
+            batch = group.sample_mixed()
+            with timer("updates"):
+                agent, info = batch_update(agent, batch)
+            timer.dispatched(info)
             if i % cfg.log_interval == 0:
                 rate = (i - first) / (time.time() - start)
                 group.log_update(info, "online_agent", i, "env_steps_per_second", rate)
-        group.end_of_step(i, phase="online")
-        group.write_state_if_due(i, "online")
+        group.save_and_evaluate(agent, i, "online")
+        group.write_state_if_due(agent, i, "online")
     group.finish()
     logging.info("Done. Logs and checkpoints in %s", ", ".join(os.path.abspath(r.run_dir) for r in group.runs))
 
 
 if __name__ == "__main__":
-    app.run(run_utils.run_cli(main), flags_parser=functools.partial(run_utils.parse_flags, driver="main_online"))
+    app.run(cli.run_cli(main), flags_parser=functools.partial(cli.parse_flags, driver="main_online"))

@@ -1,7 +1,161 @@
-"""Agents by name (`config.agent_name`): `agents['acfql']` (QC, QC-FQL, BFN, FQL and their n-step
-variants) and `agents['acrlpd']` (RLPD, RLPD-AC, QC-RLPD)."""
+"""The one list of agents: `config['agent_name']` -> `AgentSpec` (class, drivers, batch keys, paper methods).
 
-from agents.acfql import ACFQLAgent
-from agents.acrlpd import ACRLPDAgent
+Every file `agents/<name>.py` that defines a module-level `SPEC` (`agents.common.AgentSpec`) is an
+agent; a file elsewhere joins the list when a driver loads it with `--agent=path/to/file.py`
+(`load_file`). Nothing outside `agents/` names an agent: drivers, `--method`, the sweep, the plots and
+the command-line checks ask this registry. Adding an agent: agents/README.md.
+"""
 
-agents = {"acfql": ACFQLAgent, "acrlpd": ACRLPDAgent}
+import importlib
+import importlib.util
+import os
+import pkgutil
+from typing import Dict, List, Mapping, Optional
+
+from agents.common import AgentSpec, Method  # noqa: F401 - the registry's types, re-exported
+
+_DIR = os.path.dirname(os.path.abspath(__file__))
+_NOT_AGENTS = ("common",)
+REGISTRY: Dict[str, AgentSpec] = {}
+# Where each agent's get_config() lives: the default of the drivers' --agent flag.
+CONFIG_FILES: Dict[str, str] = {}
+
+
+def register(spec: AgentSpec, config_file: Optional[str] = None) -> AgentSpec:
+    """Add `spec` under `spec.name` (a later registration of the same name replaces it); returns it.
+
+    Raises `ValueError` when one of its methods is another agent's (a copied agent file that kept them).
+    """
+    for other in REGISTRY.values():
+        shared = sorted(set(other.methods) & set(spec.methods))
+        if other.name != spec.name and shared:
+            raise ValueError(
+                f"agent {spec.name!r} ({config_file}) declares the method(s) {shared} of agent {other.name!r}; "
+                "drop methods= (and method_of=) from its SPEC: agents/README.md."
+            )
+    REGISTRY[spec.name] = spec
+    if config_file is not None:
+        CONFIG_FILES[spec.name] = os.path.abspath(config_file)
+    return spec
+
+
+def _discover():
+    for info in sorted(pkgutil.iter_modules([_DIR]), key=lambda m: m.name):
+        if info.name.startswith("_") or info.name in _NOT_AGENTS:
+            continue
+        module = importlib.import_module(f"agents.{info.name}")
+        spec = getattr(module, "SPEC", None)
+        if isinstance(spec, AgentSpec):
+            register(spec, module.__file__)
+
+
+def load_file(path: str) -> Optional[AgentSpec]:
+    """Import the agent file at `path` (an `--agent` config file) and register its `SPEC`, if it has one.
+
+    A file inside `agents/` is imported as its package module (so it is the one the registry holds).
+    Returns the spec, or None for a config file without one (a plain `get_config()` file).
+    """
+    path = os.path.abspath(os.path.expanduser(path))
+    if os.path.dirname(path) == _DIR:
+        module = importlib.import_module(f"agents.{os.path.splitext(os.path.basename(path))[0]}")
+    else:
+        name = f"_qc_agent_{abs(hash(path))}"
+        spec_ = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec_)
+        spec_.loader.exec_module(module)
+    spec = getattr(module, "SPEC", None)
+    return register(spec, path) if isinstance(spec, AgentSpec) else None
+
+
+def names() -> List[str]:
+    return sorted(REGISTRY)
+
+
+def get(name: str) -> AgentSpec:
+    """The spec of agent `name`; `ValueError` naming the known agents for another name."""
+    if name not in REGISTRY:
+        raise ValueError(
+            f"--agent.agent_name={name!r} is not one of {names()} (an agent outside agents/ is loaded with "
+            "--agent=path/to/its_file.py)."
+        )
+    return REGISTRY[name]
+
+
+def for_driver(driver: str) -> List[AgentSpec]:
+    """The agents `driver` runs, its default agent (the one naming it first) first."""
+    specs = [s for s in REGISTRY.values() if driver in s.drivers]
+    return sorted(specs, key=lambda s: (s.drivers.index(driver), s.name))
+
+
+def default_agent(driver: str) -> AgentSpec:
+    return for_driver(driver)[0]
+
+
+def method_owner(method: str) -> Optional[AgentSpec]:
+    """The agent that runs paper method `method` (a `--method` name), or None."""
+    return next((s for s in REGISTRY.values() if method in s.methods), None)
+
+
+def _format(value) -> str:
+    if isinstance(value, float):
+        return format(value, "g")
+    if isinstance(value, (tuple, list)) and value and len(set(value)) == 1:
+        return f"{value[0]}x{len(value)}"  # (256, 256, 256) -> 256x3
+    if isinstance(value, (tuple, list)):
+        return "(" + ",".join(str(v) for v in value) + ")"
+    return str(value)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(b)))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+# Keys filled in from the data or derived by create(): never part of a label.
+DERIVED_KEYS = ("ob_dims", "action_dim", "target_entropy", "agent_name")
+
+
+def describe(config: Mapping, paper_values: Optional[Mapping] = None, defaults: Optional[Mapping] = None):
+    """`(method label, run label)` of a resolved agent config (a run's `flags.json` `agent`).
+
+    A config of a paper method (`method_of`, with every key known to the agent) is labelled by the method,
+    e.g. `('QC', 'QC h=3 N=16')`: plus each setting of the method (its definition, then `paper_values`,
+    the paper's `{setting: value}` for the run's domain; `None` counts as different) the run differs
+    in, plus every other key that differs from the agent's `get_config()`. Any other config (an
+    unknown agent, unknown keys, a combination no method has) is labelled from its own agent name and
+    the keys that differ from its defaults (`defaults`, else the registered agent's `get_config()`),
+    e.g. `('toy', 'toy toy_weight=0.5')`: never with a paper method's label.
+    """
+    name = str(config.get("agent_name"))
+    spec = REGISTRY.get(name)
+    if defaults is None and spec is not None:
+        defaults = spec.get_config().to_dict()
+    defaults = dict(defaults or {})
+    known = spec is not None and set(config) <= set(spec.get_config().keys())
+    method = spec.method_of(config) if known else None
+    if method is not None and method in spec.methods:
+        entry = spec.methods[method]
+        parts, shown = [entry.label], set()
+        for setting, paper in {**entry.settings, **(paper_values or {})}.items():
+            if not setting.startswith("agent.") and setting != "horizon_length":
+                continue  # a driver flag such as --sparse: not an agent setting
+            key = setting[len("agent.") :] if setting.startswith("agent.") else setting
+            shown.add(key)
+            if key in config and (paper is None or not _same(config[key], paper)):
+                parts.append(f"{spec.short_names.get(setting, key)}={_format(config[key])}")
+        extra = [k for k in sorted(config) if k not in shown and k not in DERIVED_KEYS]
+        parts += [f"{k}={_format(config[k])}" for k in extra if k in defaults and not _same(config[k], defaults[k])]
+        return entry.label, " ".join(parts)
+    parts = [name]
+    for key in sorted(config):
+        if key in DERIVED_KEYS:
+            continue
+        if key not in defaults or not _same(config[key], defaults[key]):
+            parts.append(f"{key}={_format(config[key])}")
+    return name, " ".join(parts)
+
+
+_discover()

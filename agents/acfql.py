@@ -26,16 +26,13 @@ import ml_collections
 import optax
 
 from agents import common
-from utils.flax_utils import ModuleDict, TrainState, nonpytree_field
+from agents.common import aggregate, ensemble_values, policy_actions, policy_steps
+from utils.flax_utils import ModuleDict, TrainState, nonpytree_field, scan_updates, select_keys, target_update
 from utils.networks import ActorVectorField, Value
 
 ACTOR_TYPES = ("best-of-n", "distill-ddpg")
-Q_AGGS = common.Q_AGGS
-
-
-def _aggregate(qs, q_agg):
-    """Ensemble aggregation `(K, *B) -> (*B)` by `q_agg` ('mean' or 'min')."""
-    return qs.min(axis=0) if q_agg == "min" else qs.mean(axis=0)
+# The batch keys the losses read (docs/batch_contract.md); only these cross the jit boundary.
+BATCH_KEYS = ("observations", "actions", "next_observations", "rewards", "masks", "valid")
 
 
 def _euler(network, config, observations, noises):
@@ -54,27 +51,6 @@ def _euler(network, config, observations, noises):
 def _repeat_candidates(x, n, axis):
     """Insert the best-of-N axis at `axis` (right after the batch axes): (*B, ...) -> (*B, N, ...)."""
     return jnp.repeat(jnp.expand_dims(x, axis), n, axis=axis)
-
-
-CONFIG_RULES = {
-    **common.shared_rules("acfql"),
-    "alpha": common.NON_NEGATIVE,
-    "flow_steps": common.int_at_least(1),
-    "normalize_q_loss": common.BOOL,
-    "actor_type": common.one_of(ACTOR_TYPES),
-    "actor_num_samples": common.int_at_least(1),
-    "use_fourier_features": common.BOOL,
-    "fourier_feature_dim": ((lambda v: common.is_int(v, 2) and v % 2 == 0), "an even int >= 2"),
-    "weight_decay": common.NON_NEGATIVE,
-}
-
-
-def check_config(config):
-    """A plain-dict copy of `config` (hashable for jit), every key checked by `CONFIG_RULES`.
-
-    Raises `ValueError` naming the key (`--agent.KEY`) for an unknown key or a bad value.
-    """
-    return common.check_config(config, CONFIG_RULES, "acfql")
 
 
 class ACFQLAgent(flax.struct.PyTreeNode):
@@ -98,14 +74,14 @@ class ACFQLAgent(flax.struct.PyTreeNode):
         cfg = self.config
         next_observations = batch["next_observations"][:, -1]  # (B, D): s_{t+h}
         next_actions = self.sample_actions(next_observations, rng)  # (B, A)
-        next_qs = common.ensemble_values(self.network, cfg, "target_critic", next_observations, next_actions)  # (K, B)
-        next_q = _aggregate(next_qs, cfg["q_agg"])  # (B,)
+        next_qs = ensemble_values(self.network, cfg, "target_critic", next_observations, next_actions)  # (K, B)
+        next_q = aggregate(next_qs, cfg["q_agg"])  # (B,)
         chunk_reward = batch["rewards"][..., -1]  # (B,)
         bootstrap = cfg["discount"] ** cfg["horizon_length"] * batch["masks"][..., -1]  # (B,)
         target_q = chunk_reward + bootstrap * next_q  # (B,)
 
-        actions = common.policy_actions(batch["actions"], cfg)
-        q = common.ensemble_values(self.network, cfg, "critic", batch["observations"], actions, grad_params)  # (K, B)
+        actions = policy_actions(batch["actions"], cfg)
+        q = ensemble_values(self.network, cfg, "critic", batch["observations"], actions, grad_params)  # (K, B)
         # Mean over members and batch, as in FQL and the reference.
         critic_loss = jnp.mean(batch["valid"][..., -1] * jnp.square(q - target_q))
         return critic_loss, {
@@ -128,7 +104,7 @@ class ACFQLAgent(flax.struct.PyTreeNode):
         With `normalize_q_loss` the Q term is divided by `stop_gradient(mean |Q|)`.
         """
         cfg = self.config
-        x_1 = common.policy_actions(batch["actions"], cfg)  # (B, A)
+        x_1 = policy_actions(batch["actions"], cfg)  # (B, A)
         batch_size, action_dim = x_1.shape
         x_rng, t_rng, z_rng = jax.random.split(rng, 3)
         x_0 = jax.random.normal(x_rng, (batch_size, action_dim))
@@ -136,7 +112,7 @@ class ACFQLAgent(flax.struct.PyTreeNode):
         x_t = (1 - t) * x_0 + t * x_1
         observations = batch["observations"]  # (B, D)
         pred = self.network.select("actor_bc_flow")(observations, x_t, t, params=grad_params)  # (B, A)
-        steps = common.policy_steps(cfg)
+        steps = policy_steps(cfg)
         error = jnp.square(pred - (x_1 - x_0)).reshape(batch_size, steps, cfg["action_dim"])  # (B, h, a)
         bc_flow_loss = jnp.mean(error * batch["valid"][:, :steps, None])
 
@@ -149,7 +125,7 @@ class ACFQLAgent(flax.struct.PyTreeNode):
             mu = self.network.select("actor_onestep_flow")(observations, noises, params=grad_params)  # (B, A)
             distill_loss = jnp.mean(jnp.square(mu - target_actions))
 
-            qs = common.ensemble_values(self.network, cfg, "critic", observations, jnp.clip(mu, -1, 1))  # (K, B)
+            qs = ensemble_values(self.network, cfg, "critic", observations, jnp.clip(mu, -1, 1))  # (K, B)
             q = qs.mean(axis=0)  # (B,)
             q_abs_mean = jnp.abs(q).mean()
             q_loss = -q.mean()
@@ -171,17 +147,26 @@ class ACFQLAgent(flax.struct.PyTreeNode):
         actor_loss, actor_info = self.actor_loss(batch, grad_params, actor_rng)
         return critic_loss + actor_loss, {**critic_info, **actor_info}
 
-    def update(self, batch):
-        """One gradient step and one target update on `batch` (B windows); returns `(agent, info)`.
+    @staticmethod
+    @jax.jit
+    def _update(agent, batch):
+        """One gradient step on `total_loss` and one Polyak step of the target critic: `(agent, info)`."""
+        new_rng, rng = jax.random.split(agent.rng)
 
-        Only the keys the losses read cross the jit boundary (`agents.common.update`).
-        """
-        return common.update(self, batch)
+        def loss_fn(grad_params):
+            return agent.total_loss(batch, grad_params, rng)
+
+        network, info = agent.network.apply_loss_fn(loss_fn)
+        network = target_update(network, agent.network, "critic", agent.config["tau"])
+        return agent.replace(network=network, rng=new_rng), info
+
+    def update(self, batch):
+        """One update on `batch` (B windows of `h` steps): `(agent, info)`. Only `BATCH_KEYS` cross the jit."""
+        return self._update(self, select_keys(batch, BATCH_KEYS))
 
     def batch_update(self, stacked_batches):
-        """`update` on each batch along the leading (UTD) axis `(U, B, ...)` in one `lax.scan`; info
-        averaged."""
-        return common.batch_update(self, stacked_batches)
+        """`update` on each batch along the leading (UTD) axis `(U, B, ...)` in one `lax.scan`; info averaged."""
+        return scan_updates(ACFQLAgent._update, self, select_keys(stacked_batches, BATCH_KEYS))
 
     @jax.jit
     def sample_actions(self, observations, rng):
@@ -194,7 +179,7 @@ class ACFQLAgent(flax.struct.PyTreeNode):
         cfg = self.config
         batch_axes = observations.ndim - len(cfg["ob_dims"])
         batch_shape = observations.shape[:batch_axes]
-        action_dim = cfg["action_dim"] * common.policy_steps(cfg)
+        action_dim = cfg["action_dim"] * policy_steps(cfg)
         if cfg["actor_type"] == "distill-ddpg":
             noises = jax.random.normal(rng, (*batch_shape, action_dim))  # (*B, A)
             return jnp.clip(self.network.select("actor_onestep_flow")(observations, noises), -1, 1)
@@ -203,8 +188,8 @@ class ACFQLAgent(flax.struct.PyTreeNode):
         noises = jax.random.normal(rng, (*batch_shape, n, action_dim))  # (*B, N, A)
         repeated = _repeat_candidates(observations, n, batch_axes)  # (*B, N, D)
         actions = _euler(self.network, cfg, repeated, noises)  # (*B, N, A)
-        qs = common.ensemble_values(self.network, cfg, "critic", repeated, actions)  # (K, *B, N)
-        q = _aggregate(qs, cfg["q_agg"])  # (*B, N)
+        qs = ensemble_values(self.network, cfg, "critic", repeated, actions)  # (K, *B, N)
+        q = aggregate(qs, cfg["q_agg"])  # (*B, N)
         best = jnp.argmax(q, axis=-1)  # (*B,)
         return jnp.take_along_axis(actions, best[..., None, None], axis=-2)[..., 0, :]  # (*B, A)
 
@@ -212,11 +197,6 @@ class ACFQLAgent(flax.struct.PyTreeNode):
     def compute_flow_actions(self, observations, noises):
         """BC flow samples `(*B, A)` in [-1, 1] from `noises` `(*B, A)` (`flow_steps` Euler steps)."""
         return _euler(self.network, self.config, observations, noises)
-
-    @staticmethod
-    def check_config(config):
-        """See `check_config` (module level): the checked plain-dict config, or `ValueError`."""
-        return check_config(config)
 
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
@@ -229,7 +209,7 @@ class ACFQLAgent(flax.struct.PyTreeNode):
         config = common.fill_shapes(check_config(config), ex_observations, ex_actions)
         ex_observations = jnp.asarray(ex_observations)
         ob_dims = config["ob_dims"]
-        steps = common.policy_steps(config)
+        steps = policy_steps(config)
         full_action_dim = config["action_dim"] * steps
         ex_obs = ex_observations.reshape((-1, *ob_dims))[:1]  # (1, *ob)
         ex_chunk = jnp.zeros((1, full_action_dim))
@@ -307,3 +287,84 @@ def get_config():
             action_dim=placeholder(int),  # Single-step action size; filled in by create().
         )
     )
+
+
+def check_config(config):
+    """A plain-dict copy of `config` (hashable for jit) with every key checked.
+
+    Raises `ValueError` naming `--agent.KEY` for an unknown or missing key or a bad value.
+    """
+    c = common.plain_config(config, get_config(), "acfql")
+    common.check_shared(c, "acfql")
+    common.expect(c, "alpha", common.is_number(c["alpha"], 0), "a number >= 0")
+    common.expect(c, "flow_steps", common.is_int(c["flow_steps"], 1), "an int >= 1")
+    common.expect(c, "actor_type", c["actor_type"] in ACTOR_TYPES, f"one of {ACTOR_TYPES}")
+    common.expect(c, "actor_num_samples", common.is_int(c["actor_num_samples"], 1), "an int >= 1")
+    even = common.is_int(c["fourier_feature_dim"], 2) and c["fourier_feature_dim"] % 2 == 0
+    common.expect(c, "fourier_feature_dim", even, "an even int >= 2")
+    common.expect(c, "weight_decay", common.is_number(c["weight_decay"], 0), "a number >= 0")
+    common.check_types(c, get_config())
+    return c
+
+
+# ---- the paper's methods (Li, Zhou, Levine 2025, appendix tables; docs/settings.md) ----------------------
+
+# Per domain: --sparse, alpha of FQL / FQL-n / QC-FQL, N of QC and of BFN(-n). alpha and N were tuned on
+# task 2 of each OGBench domain and kept for tasks 1-5; robomimic gives no N for BFN(-n) (None: pass it).
+PAPER_DOMAINS = {
+    "scene": (True, 300.0, 100.0, 300.0, 32, 4),
+    "puzzle-3x3": (True, 100.0, 100.0, 300.0, 64, 4),
+    "cube-double": (False, 300.0, 100.0, 300.0, 32, 4),
+    "cube-triple": (False, 300.0, 100.0, 100.0, 32, 4),
+    "cube-quadruple": (False, 300.0, 100.0, 100.0, 32, 4),
+    "lift": (False, 10000.0, 10000.0, 10000.0, 16, None),
+    "can": (False, 10000.0, 10000.0, 10000.0, 16, None),
+    "square": (False, 10000.0, 10000.0, 10000.0, 16, None),
+}
+_COLUMN = {"fql": 1, "fql-n": 2, "qc-fql": 3, "qc": 4, "bfn": 5, "bfn-n": 5}
+
+
+def _method(label, h, actor_type, chunking):
+    name = label.lower()
+    key = "agent.actor_num_samples" if actor_type == "best-of-n" else "agent.alpha"
+    per_domain = {d: {key: row[_COLUMN[name]], "sparse": row[0]} for d, row in PAPER_DOMAINS.items()}
+    settings = {"horizon_length": h, "agent.actor_type": actor_type, "agent.action_chunking": chunking}
+    return name, common.Method(label, settings, per_domain, source="arXiv 2507.07969, appendix")
+
+
+METHODS = dict(
+    _method(*row)
+    for row in (
+        ("QC", 5, "best-of-n", True),
+        ("QC-FQL", 5, "distill-ddpg", True),
+        ("BFN", 1, "best-of-n", True),  # action_chunking changes nothing at h=1: the config default
+        ("BFN-n", 5, "best-of-n", False),
+        ("FQL", 1, "distill-ddpg", True),
+        ("FQL-n", 5, "distill-ddpg", False),
+    )
+)
+
+
+def method_of(config):
+    """The paper method (`--method` name) a resolved config is: actor type, h > 1, chunking; None if none."""
+    if config.get("actor_type") not in ACTOR_TYPES:
+        return None
+    best = config["actor_type"] == "best-of-n"
+    if int(config["horizon_length"]) == 1:
+        return "bfn" if best else "fql"
+    if config.get("action_chunking", True):
+        return "qc" if best else "qc-fql"
+    return "bfn-n" if best else "fql-n"
+
+
+SPEC = common.AgentSpec(
+    name="acfql",
+    agent_class=ACFQLAgent,
+    get_config=get_config,
+    check_config=check_config,
+    drivers=("main",),
+    batch_keys=BATCH_KEYS,
+    methods=METHODS,
+    method_of=method_of,
+    short_names={"horizon_length": "h", "agent.actor_num_samples": "N"},
+)

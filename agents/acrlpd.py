@@ -29,10 +29,13 @@ import ml_collections
 import optax
 
 from agents import common
-from utils.flax_utils import ModuleDict, TrainState, nonpytree_field
+from agents.acfql import PAPER_DOMAINS
+from agents.common import ensemble_values, policy_actions, policy_steps
+from utils.flax_utils import ModuleDict, TrainState, nonpytree_field, scan_updates, select_keys, target_update
 from utils.networks import TanhNormalActor, Value
 
-Q_AGGS = common.Q_AGGS
+# The batch keys the losses read (docs/batch_contract.md); only these cross the jit boundary.
+BATCH_KEYS = ("observations", "actions", "next_observations", "rewards", "masks", "valid")
 DATA_ACTION_CLIP = 1 - 1e-5  # Data actions are clipped into (-1+1e-5, 1-1e-5) before atanh (as the reference).
 
 
@@ -92,7 +95,7 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
         next_observations = batch["next_observations"][:, -1]  # (B, *ob): s_{t+h}
         next_dist = self.network.select("actor")(next_observations)
         next_actions, next_log_probs = next_dist.sample_and_log_prob(seed=sample_rng)  # (B, A), (B,)
-        next_qs = common.ensemble_values(self.network, cfg, "target_critic", next_observations, next_actions)  # (K, B)
+        next_qs = ensemble_values(self.network, cfg, "target_critic", next_observations, next_actions)  # (K, B)
         if cfg["num_min_qs"] is not None:  # Difference from the reference: an option it lacks (RLPD's subset).
             members = jax.random.choice(subset_rng, cfg["num_qs"], (cfg["num_min_qs"],), replace=False)
             next_q = next_qs[members].min(axis=0)  # (num_min_qs, B) -> (B,)
@@ -107,8 +110,8 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
             # Difference from the reference: an option it lacks (RLPD's default; off in the paper's variants).
             target_q = target_q - bootstrap * self.network.select("temperature")() * next_log_probs
 
-        actions = common.policy_actions(batch["actions"], cfg)
-        q = common.ensemble_values(self.network, cfg, "critic", batch["observations"], actions, grad_params)  # (K, B)
+        actions = policy_actions(batch["actions"], cfg)
+        q = ensemble_values(self.network, cfg, "critic", batch["observations"], actions, grad_params)  # (K, B)
         critic_loss = jnp.mean(batch["valid"][:, -1] * jnp.square(q - target_q))  # mean over K and B
         return critic_loss, {
             "critic/critic_loss": critic_loss,
@@ -135,12 +138,12 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
         observations = batch["observations"]
         dist = self.network.select("actor")(observations, params=grad_params)
         actions, log_probs = dist.sample_and_log_prob(seed=rng)  # (B, A), (B,)
-        q = common.ensemble_values(self.network, cfg, "critic", observations, actions).mean(axis=0)  # (K, B) -> (B,)
+        q = ensemble_values(self.network, cfg, "critic", observations, actions).mean(axis=0)  # (K, B) -> (B,)
         alpha = self.network.select("temperature")()  # stored: the actor loss does not move alpha
         sac_loss = jnp.mean(alpha * log_probs - q)
 
-        data_actions = common.policy_actions(batch["actions"], cfg)  # (B, A)
-        steps = common.policy_steps(cfg)
+        data_actions = policy_actions(batch["actions"], cfg)  # (B, A)
+        steps = policy_steps(cfg)
         log_lik = _log_likelihood_per_dim(dist, data_actions)  # (B, A)
         log_lik = log_lik.reshape(data_actions.shape[0], steps, cfg["action_dim"]).sum(axis=-1)  # (B, h)
         # Difference from the reference: it clones the whole chunk, post-terminal padding steps included.
@@ -174,17 +177,26 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
         alpha_loss, alpha_info = self.temperature_loss(grad_params, actor_info["actor/entropy"])
         return critic_loss + actor_loss + alpha_loss, {**critic_info, **actor_info, **alpha_info}
 
-    def update(self, batch):
-        """One gradient step and one target update on `batch` (B windows); returns `(agent, info)`.
+    @staticmethod
+    @jax.jit
+    def _update(agent, batch):
+        """One gradient step on `total_loss` and one Polyak step of the target critic: `(agent, info)`."""
+        new_rng, rng = jax.random.split(agent.rng)
 
-        Only the keys the losses read cross the jit boundary (`agents.common.update`).
-        """
-        return common.update(self, batch)
+        def loss_fn(grad_params):
+            return agent.total_loss(batch, grad_params, rng)
+
+        network, info = agent.network.apply_loss_fn(loss_fn)
+        network = target_update(network, agent.network, "critic", agent.config["tau"])
+        return agent.replace(network=network, rng=new_rng), info
+
+    def update(self, batch):
+        """One update on `batch` (B windows of `h` steps): `(agent, info)`. Only `BATCH_KEYS` cross the jit."""
+        return self._update(self, select_keys(batch, BATCH_KEYS))
 
     def batch_update(self, stacked_batches):
-        """`update` on each batch along the leading (UTD) axis `(U, B, ...)` in one `lax.scan`; info
-        averaged."""
-        return common.batch_update(self, stacked_batches)
+        """`update` on each batch along the leading (UTD) axis `(U, B, ...)` in one `lax.scan`; info averaged."""
+        return scan_updates(ACRLPDAgent._update, self, select_keys(stacked_batches, BATCH_KEYS))
 
     @jax.jit
     def sample_actions(self, observations, rng):
@@ -194,11 +206,6 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
         for data collection and evaluation alike, as in the reference.
         """
         return jnp.clip(self.network.select("actor")(observations).sample(seed=rng), -1, 1)
-
-    @staticmethod
-    def check_config(config):
-        """See `check_config` (module level): the checked plain-dict config, or `ValueError`."""
-        return check_config(config)
 
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):
@@ -211,7 +218,7 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
         """
         config = common.fill_shapes(check_config(config), ex_observations, ex_actions)
         ex_observations = jnp.asarray(ex_observations)
-        full_action_dim = config["action_dim"] * common.policy_steps(config)
+        full_action_dim = config["action_dim"] * policy_steps(config)
         if config["target_entropy"] is None:
             config["target_entropy"] = -config["target_entropy_multiplier"] * full_action_dim
         ex_obs = ex_observations.reshape((-1, *config["ob_dims"]))[:1]  # (1, *ob)
@@ -241,32 +248,6 @@ class ACRLPDAgent(flax.struct.PyTreeNode):
         params["modules_target_critic"] = params["modules_critic"]  # the target starts as the critic
         network = TrainState.create(network_def, params, tx=optax.adam(learning_rate=config["lr"]))
         return cls(rng=rng, network=network, config=flax.core.FrozenDict(config))
-
-
-CONFIG_RULES = {
-    **common.shared_rules("acrlpd"),
-    "num_min_qs": common.unset_or(common.int_at_least(1)),
-    "backup_entropy": common.BOOL,
-    "init_temp": common.POSITIVE,
-    "target_entropy_multiplier": common.NON_NEGATIVE,
-    "target_entropy": common.unset_or(common.FINITE),
-    "bc_alpha": common.NON_NEGATIVE,
-}
-
-
-def check_config(config):
-    """A plain-dict copy of `config` (hashable for jit), every key checked by `CONFIG_RULES`.
-
-    Raises `ValueError` naming the key (`--agent.KEY`) for an unknown key or a bad value, and
-    for `num_min_qs` above `num_qs` or set without `q_agg='min'`.
-    """
-    config = common.check_config(config, CONFIG_RULES, "acrlpd")
-    num_min_qs = config["num_min_qs"]
-    if num_min_qs is not None and num_min_qs > config["num_qs"]:
-        raise ValueError(f"--agent.num_min_qs={num_min_qs} must be <= --agent.num_qs={config['num_qs']}.")
-    if num_min_qs is not None and config["q_agg"] != "min":
-        raise ValueError("--agent.q_agg must be 'min' when --agent.num_min_qs is set (RLPD's random-subset minimum).")
-    return config
 
 
 def get_config():
@@ -300,3 +281,62 @@ def get_config():
             action_dim=placeholder(int),  # Single-step action size; filled in by create().
         )
     )
+
+
+def check_config(config):
+    """A plain-dict copy of `config` (hashable for jit) with every key checked.
+
+    Raises `ValueError` naming `--agent.KEY` for an unknown or missing key or a bad value, and for
+    `num_min_qs` above `num_qs` or set without `q_agg='min'`.
+    """
+    c = common.plain_config(config, get_config(), "acrlpd")
+    common.check_shared(c, "acrlpd")
+    num_min_qs = c["num_min_qs"]
+    common.expect(c, "num_min_qs", num_min_qs is None or common.is_int(num_min_qs, 1), "None or an int >= 1")
+    common.expect(c, "init_temp", common.is_number(c["init_temp"], 0, low_open=True), "a number > 0")
+    multiplier = common.is_number(c["target_entropy_multiplier"], 0)
+    common.expect(c, "target_entropy_multiplier", multiplier, "a number >= 0")
+    entropy = c["target_entropy"] is None or common.is_number(c["target_entropy"])
+    common.expect(c, "target_entropy", entropy, "None or a finite number")
+    common.expect(c, "bc_alpha", common.is_number(c["bc_alpha"], 0), "a number >= 0")
+    common.check_types(c, get_config())
+    if num_min_qs is not None and num_min_qs > c["num_qs"]:
+        raise ValueError(f"--agent.num_min_qs={num_min_qs} must be <= --agent.num_qs={c['num_qs']}.")
+    if num_min_qs is not None and c["q_agg"] != "min":
+        raise ValueError("--agent.q_agg must be 'min' when --agent.num_min_qs is set (RLPD's random-subset minimum).")
+    return c
+
+
+# ---- the paper's methods (Li, Zhou, Levine 2025, appendix; docs/settings.md) -------------------------------
+
+
+def _method(label, h, bc_alpha):
+    per_domain = {domain: {"sparse": row[0]} for domain, row in PAPER_DOMAINS.items()}
+    settings = {"horizon_length": h, "agent.action_chunking": True, "agent.bc_alpha": bc_alpha}
+    return label.lower(), common.Method(label, settings, per_domain, source="arXiv 2507.07969, appendix")
+
+
+METHODS = dict(_method(*row) for row in (("RLPD", 1, 0.0), ("RLPD-AC", 5, 0.0), ("QC-RLPD", 5, 0.01)))
+
+
+def method_of(config):
+    """The paper method (`--method` name) a resolved config is: h > 1, chunking, a BC term or not; None if none."""
+    bc = float(config.get("bc_alpha", 0.0)) != 0.0
+    if int(config["horizon_length"]) == 1:
+        return None if bc else "rlpd"
+    if not config.get("action_chunking", True):
+        return None  # the n-step variant: no method of the paper
+    return "qc-rlpd" if bc else "rlpd-ac"
+
+
+SPEC = common.AgentSpec(
+    name="acrlpd",
+    agent_class=ACRLPDAgent,
+    get_config=get_config,
+    check_config=check_config,
+    drivers=("main_online",),
+    batch_keys=BATCH_KEYS,
+    methods=METHODS,
+    method_of=method_of,
+    short_names={"horizon_length": "h"},
+)

@@ -1,190 +1,161 @@
-"""What both agents (ACFQL, ACRLPD) share, written once: config checks and the window-length check.
+"""What the agents share: the registry's entry type, config checks, window plumbing.
 
-The losses stay in each agent's file; this module holds only the plumbing that must not drift
-between them.
-
-* `check_config`: every key of an agent config against a table of rules (one rule per
-  key, the same predicates for both agents), so a bad value is a `ValueError` that names the
-  key and the flag that sets it, before any network is built.
-* `check_window`: a batch's windows must have exactly `horizon_length` steps, because
-  the critic target reads the chunk reward sum and the mask at step `h - 1`
-  (`rewards[:, -1]`) and bootstraps with `gamma^h`; a longer window would combine an
-  `H`-step reward sum with `gamma^h`.
-* `policy_steps`: actions per actor/critic input (`h` with chunking, else 1); `policy_actions`:
-  a batch's actions as the actor and critic see them.
-* `update` / `batch_update`: the jitted gradient step (`lax.scan` over the UTD axis),
-  fed only the batch keys the losses read (`UPDATE_KEYS`).
-* `ensemble_values`: a critic ensemble's values with the ensemble axis kept for K = 1.
+The losses and the update of each agent stay in its own file; this module holds only small helpers
+an agent calls (`agents/README.md` says how to add an agent).
 """
 
+import dataclasses
 import math
 import numbers
-from typing import Callable, Dict, Mapping, Tuple
+from typing import Callable, Dict, Mapping, Optional, Tuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-
-from utils.flax_utils import gradient_and_target_step
-
-Rule = Tuple[Callable[[object], bool], str]
-
-
-# ---- predicates: bools are not numbers here (`True` is an int in Python) ----
-def is_int(value, low=None) -> bool:
-    """An integer (not a bool), `>= low` when `low` is given."""
-    ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
-    return ok and (low is None or value >= low)
-
-
-def is_number(value) -> bool:
-    """A real number (int or float, not a bool), finite."""
-    if not isinstance(value, numbers.Real) or isinstance(value, bool):
-        return False
-    return math.isfinite(value)
-
-
-def is_bool(value) -> bool:
-    return isinstance(value, bool)
-
-
-def int_at_least(low: int) -> Rule:
-    return (lambda v: is_int(v, low)), f"an int >= {low}"
-
-
-def number_in(low: float, high: float = None, low_open: bool = False, high_open: bool = False) -> Rule:
-    """A finite number in the interval from `low` to `high` (`None`: unbounded above)."""
-
-    def ok(v):
-        if not is_number(v):
-            return False
-        above = v > low if low_open else v >= low
-        below = high is None or (v < high if high_open else v <= high)
-        return above and below
-
-    if high is None:
-        return ok, f"a number {'>' if low_open else '>='} {low}"
-    return ok, f"a number in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
-
-
-BOOL: Rule = (is_bool, "True or False")
-HIDDEN_DIMS: Rule = (
-    lambda v: isinstance(v, (tuple, list)) and len(v) >= 1 and all(is_int(d, 1) for d in v),
-    "a non-empty tuple of ints >= 1, e.g. (512,512,512,512)",
-)
-POSITIVE: Rule = number_in(0, low_open=True)
-NON_NEGATIVE: Rule = number_in(0)
-
-
-FINITE: Rule = (is_number, "a finite number")
-
-
-def one_of(choices) -> Rule:
-    return (lambda v: v in choices), f"one of {tuple(choices)}"
-
-
-def unset_or(rule: Rule) -> Rule:
-    check, what = rule
-    return (lambda v: v is None or check(v)), f"None or {what}"
-
-
-# Filled in by create() from the data; a value given must agree with the data (fill_shapes).
-OB_DIMS: Rule = unset_or(
-    ((lambda v: isinstance(v, (tuple, list)) and all(is_int(d, 1) for d in v)), "a tuple of ints >= 1")
-)
-ACTION_DIM: Rule = unset_or(int_at_least(1))
-
 
 Q_AGGS = ("mean", "min")  # ensemble aggregation over the (target) critics
 
 
-def shared_rules(agent_name: str) -> Dict[str, Rule]:
-    """The rules of the config keys both agents have, with the same meaning; each agent adds its own."""
-    return {
-        "agent_name": one_of((agent_name,)),
-        "lr": POSITIVE,
-        "batch_size": int_at_least(1),
-        "actor_hidden_dims": HIDDEN_DIMS,
-        "value_hidden_dims": HIDDEN_DIMS,
-        "layer_norm": BOOL,
-        "actor_layer_norm": BOOL,
-        "discount": number_in(0, 1, low_open=True),
-        "tau": number_in(0, 1, low_open=True),
-        "num_qs": int_at_least(1),
-        "q_agg": one_of(Q_AGGS),
-        "horizon_length": ((lambda v: is_int(v, 1)), "an int >= 1 (the driver sets it from --horizon_length)"),
-        "action_chunking": BOOL,
-        "ob_dims": OB_DIMS,
-        "action_dim": ACTION_DIM,
-    }
+# ------------------------------------------------------------------------------------------------ the registry
 
 
-def check_config(config: Mapping, rules: Dict[str, Rule], agent_name: str) -> Dict:
-    """A plain-dict copy of `config` (lists as tuples, hashable for jit), checked key by key.
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """One paper method run by an agent (`--method=<its name>`).
 
-    Args:
-        config: an agent config (`ml_collections.ConfigDict` or dict).
-        rules: `{key: (predicate, description)}` with exactly the keys of the agent's
-            `get_config()`.
-        agent_name: for the messages (`'acfql'`, `'acrlpd'`).
+    Attributes:
+        label: the name the paper gives it, used in plots and tables (`'QC'`, `'DQC h=25 h_a=5'`).
+        settings: what defines the method: `{setting: value}` with a setting a driver flag
+            (`'horizon_length'`) or `'agent.KEY'`.
+        per_domain: `{domain: {setting: value}}`, the paper's tuned values for each domain (a value of
+            `None`: the paper gives none, so the user must pass it). Explicit flags win over these.
+        source: where the values come from (paper section, file of the authors' release).
+    """
 
-    Raises:
-        ValueError: a key the agent does not know (`config key 'x' is not a key of ...`), or a
-            value that breaks its rule (`--agent.KEY must be <rule>, got <value>`); the first
-            such key in the rule table's order.
+    label: str
+    settings: Dict[str, object]
+    per_domain: Dict[str, Dict[str, object]]
+    source: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentSpec:
+    """An agent as every tool sees it (`agents.get(name)`); each agent file ends with its `SPEC`.
+
+    Attributes:
+        name: `config['agent_name']`.
+        agent_class: the `flax.struct.PyTreeNode` with `create`, `update`, `batch_update`, `sample_actions`.
+        get_config: the agent file's `get_config()`.
+        check_config: `config -> checked plain dict`; `ValueError` naming `--agent.KEY` for a bad value.
+        drivers: the drivers that run it (`'main'`, `'main_online'`), the default driver first.
+        batch_keys: the batch keys its losses read (only these cross the jit boundary).
+        methods: `{--method name: Method}`, the paper's methods this agent runs.
+        method_of: `resolved config -> --method name` of the paper method the config is (without the
+            per-domain values), or None; plots label runs by it.
+        short_names: short forms of settings in plot labels (`{'agent.actor_num_samples': 'N'}`).
+        goal_conditioned: the agent acts on `(observation, goal)` (`sample_actions(..., goals=)`).
+    """
+
+    name: str
+    agent_class: type
+    get_config: Callable[[], object]
+    check_config: Callable[[Mapping], Dict]
+    drivers: Tuple[str, ...]
+    batch_keys: Tuple[str, ...]
+    methods: Dict[str, Method] = dataclasses.field(default_factory=dict)
+    method_of: Callable[[Mapping], Optional[str]] = lambda config: None
+    short_names: Dict[str, str] = dataclasses.field(default_factory=dict)
+    goal_conditioned: bool = False
+
+
+# ------------------------------------------------------------------------------------------------ config checks
+
+
+def is_int(value, low=None) -> bool:
+    """An integer (not a bool: `True` is an int in Python), `>= low` when `low` is given."""
+    ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    return ok and (low is None or value >= low)
+
+
+def is_number(value, low=None, high=None, low_open=False, high_open=False) -> bool:
+    """A finite real number (int or float, not a bool) inside the given bounds."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value):
+        return False
+    if low is not None and (value <= low if low_open else value < low):
+        return False
+    return high is None or (value < high if high_open else value <= high)
+
+
+def is_dims(value) -> bool:
+    """A non-empty tuple of ints >= 1 (hidden widths, observation shapes)."""
+    return isinstance(value, (tuple, list)) and len(value) >= 1 and all(is_int(d, 1) for d in value)
+
+
+def expect(config: Mapping, key: str, ok: bool, what: str):
+    """`ValueError('--agent.KEY must be <what>, got <value>.')` unless `ok`."""
+    if not ok:
+        raise ValueError(f"--agent.{key} must be {what}, got {config[key]!r}.")
+
+
+def plain_config(config: Mapping, defaults: Mapping, agent_name: str) -> Dict:
+    """A plain-dict copy of `config` (lists as tuples, hashable for jit) with exactly the keys of `defaults`.
+
+    Raises `ValueError` for a key `defaults` lacks (with the valid keys) or one `config` lacks.
     """
     config = dict(config.to_dict() if hasattr(config, "to_dict") else config)
     config = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
-    unknown = sorted(set(config) - set(rules))
+    keys = set(defaults.keys())
+    unknown = sorted(set(config) - keys)
     if unknown:
         raise ValueError(
             f"config key(s) {unknown} are not keys of the {agent_name} agent (is --agent.agent_name or the "
-            f"--agent config file the right one?); its keys are {sorted(rules)}."
+            f"--agent config file the right one?); its keys are {sorted(keys)}."
         )
-    for key, (check, what) in rules.items():
-        if key not in config:
-            raise ValueError(f"config of the {agent_name} agent lacks the key {key!r}.")
-        if not check(config[key]):
-            raise ValueError(f"--agent.{key} must be {what}, got {config[key]!r}.")
+    missing = [k for k in defaults.keys() if k not in config]
+    if missing:
+        raise ValueError(f"config of the {agent_name} agent lacks the key {missing[0]!r}.")
     return config
 
 
-def policy_steps(config: Mapping) -> int:
-    """Actions per actor/critic input: `horizon_length` with `action_chunking`, else 1."""
-    return config["horizon_length"] if config["action_chunking"] else 1
+def check_types(config: Mapping, defaults: Mapping):
+    """Every key whose default is a bool, int, float or str must hold a value of that kind.
 
-
-def policy_actions(actions, config: Mapping):
-    """Dataset actions `(B, h, A)` as the actor and critic see them: the flattened chunk `(B, h * A)`
-    with `action_chunking`, else the first action `(B, A)` (the n-step baselines).
-
-    Raises `ValueError` when the windows do not have exactly `horizon_length` steps (`check_window`).
+    The fallback for keys an agent checks no further, so that a new config key costs one line:
+    `ValueError('--agent.KEY must be ..., got ...')` for the first key of the wrong kind.
     """
-    check_window(actions, config)
-    if config["action_chunking"]:
-        return actions.reshape(actions.shape[0], -1)  # (B, h * A)
-    return actions[:, 0]  # (B, A)
+    for key, default in defaults.items():
+        value = config[key]
+        if isinstance(default, bool):
+            expect(config, key, isinstance(value, bool), "True or False")
+        elif isinstance(default, int):
+            expect(config, key, is_int(value), "an int")
+        elif isinstance(default, float):
+            expect(config, key, is_number(value), "a finite number")
+        elif isinstance(default, str):
+            expect(config, key, isinstance(value, str), "a string")
 
 
-def check_window(actions, config: Mapping):
-    """Raise `ValueError` unless the batch's windows have exactly `horizon_length` steps.
-
-    Args:
-        actions: the batch's `actions` `(B, H, A)` (only the shape is read; works on tracers).
-        config: the agent config (`horizon_length`).
-    """
-    if actions.ndim != 3 or actions.shape[1] != config["horizon_length"]:
-        raise ValueError(
-            f"Batch windows have shape {tuple(actions.shape)} (B, H, A) but config['horizon_length'] is "
-            f"{config['horizon_length']}; sample them with sequence_length=horizon_length."
-        )
-
-
-def init_key(seed):
-    """`jax.random.PRNGKey(seed)` for an int seed; a JAX key (e.g. `utils.seeding.jax_key`) as it is."""
-    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-        return jax.random.PRNGKey(seed)
-    return seed
+def check_shared(c: Mapping, agent_name: str):
+    """The checks of the keys several agents have with the same meaning (only the keys `c` has)."""
+    checks = {
+        "agent_name": (lambda v: v == agent_name, f"one of ('{agent_name}',)"),
+        "lr": (lambda v: is_number(v, 0, low_open=True), "a number > 0"),
+        "batch_size": (lambda v: is_int(v, 1), "an int >= 1"),
+        "actor_hidden_dims": (is_dims, "a non-empty tuple of ints >= 1, e.g. (512,512,512,512)"),
+        "value_hidden_dims": (is_dims, "a non-empty tuple of ints >= 1, e.g. (512,512,512,512)"),
+        "layer_norm": (lambda v: isinstance(v, bool), "True or False"),
+        "actor_layer_norm": (lambda v: isinstance(v, bool), "True or False"),
+        "discount": (lambda v: is_number(v, 0, 1, low_open=True), "a number in (0, 1]"),
+        "tau": (lambda v: is_number(v, 0, 1, low_open=True), "a number in (0, 1]"),
+        "num_qs": (lambda v: is_int(v, 1), "an int >= 1"),
+        "q_agg": (lambda v: v in Q_AGGS, f"one of {Q_AGGS}"),
+        "horizon_length": (lambda v: is_int(v, 1), "an int >= 1 (the driver sets it from --horizon_length)"),
+        "action_chunking": (lambda v: isinstance(v, bool), "True or False"),
+        "ob_dims": (lambda v: v is None or is_dims(v), "None or a tuple of ints >= 1"),
+        "action_dim": (lambda v: v is None or is_int(v, 1), "None or an int >= 1"),
+    }
+    for key, (ok, what) in checks.items():
+        if key in c:
+            expect(c, key, ok(c[key]), what)
 
 
 def fill_shapes(config: Dict, ex_observations, ex_actions) -> Dict:
@@ -203,46 +174,45 @@ def fill_shapes(config: Dict, ex_observations, ex_actions) -> Dict:
     return config
 
 
-# ---- the update both agents share: one jitted gradient step, or a lax.scan of them ----
-
-# The batch keys the losses read; the sampler's other keys (full_observations, next_actions,
-# terminals) never cross the jit boundary.
-UPDATE_KEYS = ("observations", "actions", "next_observations", "rewards", "masks", "valid")
-
-
-def update_inputs(batch: Mapping) -> Dict:
-    """The keys of `batch` that the update reads (`UPDATE_KEYS`); `KeyError` naming a missing one."""
-    missing = [k for k in UPDATE_KEYS if k not in batch]
-    if missing:
-        raise KeyError(f"batch lacks {missing}; an update reads {UPDATE_KEYS}.")
-    return {k: batch[k] for k in UPDATE_KEYS}
+def init_key(seed):
+    """`jax.random.PRNGKey(seed)` for an int seed; a JAX key (e.g. `utils.seeding.jax_key`) as it is."""
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        return jax.random.PRNGKey(seed)
+    return seed
 
 
-def _jit_update(agent, batch):
-    return gradient_and_target_step(agent, batch)
+# ------------------------------------------------------------------------------------------------ windows
 
 
-def _jit_batch_update(agent, stacked_batches):
-    agent, infos = jax.lax.scan(gradient_and_target_step, agent, stacked_batches)
-    return agent, jax.tree_util.tree_map(jnp.mean, infos)
+def policy_steps(config: Mapping) -> int:
+    """Actions per actor/critic input: `horizon_length` with `action_chunking`, else 1."""
+    return config["horizon_length"] if config["action_chunking"] else 1
 
 
-_jit_update = jax.jit(_jit_update)
-_jit_batch_update = jax.jit(_jit_batch_update)
+def policy_actions(actions, config: Mapping):
+    """Dataset actions `(B, h, A)` as the actor and critic see them: the flattened chunk `(B, h * A)`
+    with `action_chunking`, else the first action `(B, A)` (the n-step baselines).
 
-
-def update(agent, batch):
-    """One gradient step and one Polyak step of the targets on `batch` `(B, ...)`: `(agent, info)`."""
-    return _jit_update(agent, update_inputs(batch))
-
-
-def batch_update(agent, stacked_batches):
-    """`update` on each batch along the leading (UTD) axis `(U, B, ...)` in one `lax.scan`;
-    info averaged over the U steps."""
-    return _jit_batch_update(agent, update_inputs(stacked_batches))
+    Raises `ValueError` when the windows do not have exactly `horizon_length` steps: the critic
+    target reads the chunk reward sum at step `h - 1` and bootstraps with `gamma^h`, so a longer
+    window would pair an `H`-step reward sum with `gamma^h` (works on tracers: only shapes are read).
+    """
+    if actions.ndim != 3 or actions.shape[1] != config["horizon_length"]:
+        raise ValueError(
+            f"Batch windows have shape {tuple(actions.shape)} (B, H, A) but config['horizon_length'] is "
+            f"{config['horizon_length']}; sample them with sequence_length=horizon_length."
+        )
+    if config["action_chunking"]:
+        return actions.reshape(actions.shape[0], -1)  # (B, h * A)
+    return actions[:, 0]  # (B, A)
 
 
 def ensemble_values(network, config: Mapping, name: str, inputs, actions, params=None):
     """Values `(K, *B)` of critic ensemble `name` (K = `num_qs`; an axis of 1 is kept when K = 1)."""
     qs = network.select(name)(inputs, actions, params=params)
     return qs if config["num_qs"] > 1 else qs[None]
+
+
+def aggregate(qs, q_agg: str):
+    """Ensemble aggregation `(K, *B) -> (*B)` by `q_agg` ('mean' or 'min')."""
+    return qs.min(axis=0) if q_agg == "min" else qs.mean(axis=0)

@@ -277,8 +277,8 @@ def _stacked_random_batches(rng, utd, batch_size, h=5, obs_dim=40, action_dim=5)
 def section_seeds(args, rows):
     import jax
     import numpy as np
-
     import seed_group
+
     from agents import acfql
 
     config = _config(acfql, args)

@@ -13,15 +13,13 @@ read through wandb's public API too (`read_wandb_runs`): the config is the run's
 content and the curve is the history of `eval/success` against the step it was logged at (the
 environment step).
 
-Groups. Runs are grouped by a label derived from the resolved agent config in `flags.json`
-(`method_of`, `label_of`), not from `--method`: ACFQL (`main.py`) best-of-n with chunking and
-`h > 1` is QC, distill-ddpg with chunking and `h > 1` QC-FQL, the same without chunking BFN-n and
-FQL-n, and at `h = 1` BFN and FQL; ACRLPD (`main_online.py`) at `h = 1` is RLPD, at `h > 1` RLPD-AC
-(`bc_alpha = 0`) or QC-RLPD (`bc_alpha > 0`), and RLPD-n without chunking (not a paper method).
-The label gets ` h=H` when a chunked or n-step method has `h != 5`, ` N=K` when a best-of-n
-method's `actor_num_samples`, ` alpha=A` when an FQL-type method's `alpha` and ` bc_alpha=B` when
-QC-RLPD's `bc_alpha` differs from the paper's value for the domain (`presets.preset`), and
-` (generated data)` when the run used a locally generated dataset (`flags.json` `datasets`; a run
+Groups. Runs are grouped by a label derived from the resolved agent config in `flags.json`, not from
+`--method` (`label_of`, the registry's `agents.describe`): a config of a paper method (the agent's
+`method_of`) is labelled with the method's name plus each setting where it differs from the paper's
+values for its domain (`h=3`, `N=16`, `alpha=100`) and every other key that differs from the agent's
+defaults; any other config (an unknown agent or config key, a combination no paper method has) is
+labelled from its agent name and the keys that differ from its defaults, never as a paper method.
+` (generated data)` marks runs on a locally generated dataset (`flags.json` `datasets`; a run
 without that record counts as unknown, see `table.md`).
 
 Statistics (`bootstrap_curve`). Per task: the mean (or `--aggregate=iqm`) over seeds; per domain:
@@ -61,13 +59,11 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-import presets  # noqa: E402
+import agents  # noqa: E402
+from runner import methods  # noqa: E402
 
-# Paper methods in the order of the paper's legends, then this repository's non-paper variant.
-METHOD_ORDER = ("QC", "QC-FQL", "BFN-n", "BFN", "FQL-n", "FQL", "RLPD", "RLPD-AC", "QC-RLPD", "RLPD-n")
-BEST_OF_N = ("QC", "BFN-n", "BFN")
-FQL_TYPE = ("QC-FQL", "FQL-n", "FQL")
-PAPER_H = 5  # the paper's chunk length for every chunked and n-step method
+# Paper methods in the order of the registry (each agent's methods in the order of its paper's legends).
+METHOD_ORDER = tuple(entry.label for spec in agents.REGISTRY.values() for entry in spec.methods.values())
 DOMAIN_ORDER = (
     "scene",
     "puzzle-3x3",
@@ -106,72 +102,16 @@ class InputError(Exception):
 # ------------------------------------------------------------------------------------------------ labels
 
 
-def method_of(agent: Dict) -> str:
-    """The method name of a resolved agent config (`flags.json` `agent`), e.g. `'QC'`.
-
-    Raises:
-        InputError: an unknown `agent_name` or `actor_type`.
-    """
-    name = agent.get("agent_name")
-    h = int(agent["horizon_length"])
-    chunking = bool(agent.get("action_chunking", True))
-    if name == "acfql":
-        actor = agent.get("actor_type")
-        if actor not in ("best-of-n", "distill-ddpg"):
-            raise InputError(f"unknown agent.actor_type {actor!r} (expected best-of-n or distill-ddpg)")
-        best = actor == "best-of-n"
-        if h == 1:
-            return "BFN" if best else "FQL"
-        if chunking:
-            return "QC" if best else "QC-FQL"
-        return "BFN-n" if best else "FQL-n"
-    if name == "acrlpd":
-        if h == 1:
-            return "RLPD"
-        if not chunking:
-            return "RLPD-n"
-        return "QC-RLPD" if float(agent.get("bc_alpha", 0.0)) > 0 else "RLPD-AC"
-    raise InputError(f"unknown agent.agent_name {name!r} (expected acfql or acrlpd)")
-
-
-def _paper_values(method: str, env_name: str) -> Dict:
-    """`presets.preset` for the paper method `method` on `env_name`; `{}` where the paper has none."""
-    driver = next((d for d, names in presets.METHODS.items() if method.lower() in names), None)
-    if driver is None:
-        return {}
-    try:
-        return presets.preset(driver, method.lower(), env_name)
-    except ValueError:  # a domain or a value the paper's tables do not have
-        return {}
-
-
-def _differs(value, paper) -> bool:
-    return paper is None or not math.isclose(float(value), float(paper), rel_tol=1e-9, abs_tol=1e-12)
-
-
 def label_of(record: Dict) -> Tuple[str, str]:
-    """`(method, label)` of a run from its `flags.json` record, e.g. `('QC', 'QC h=3 N=16')`.
-
-    The label is the method plus ` h=H`, ` N=K`, ` alpha=A`, ` bc_alpha=B` where the run differs from
-    the paper's setting for its domain (module docstring), plus ` (generated data)`.
-    """
+    """`(method, label)` of a run from its `flags.json` record, e.g. `('QC', 'QC h=3 N=16')` (module docstring)."""
     agent, env_name = record["agent"], record["flags"]["env_name"]
-    method = method_of(agent)
-    h = int(agent["horizon_length"])
-    paper = _paper_values(method, env_name)
-    parts = [method]
-    if h > 1 and h != PAPER_H:
-        parts.append(f"h={h}")
-    if method in BEST_OF_N and _differs(agent["actor_num_samples"], paper.get("agent.actor_num_samples")):
-        parts.append(f"N={int(agent['actor_num_samples'])}")
-    if method in FQL_TYPE and _differs(agent["alpha"], paper.get("agent.alpha")):
-        parts.append(f"alpha={float(agent['alpha']):g}")
-    if method == "QC-RLPD" and _differs(agent["bc_alpha"], paper.get("agent.bc_alpha")):
-        parts.append(f"bc_alpha={float(agent['bc_alpha']):g}")
-    label = " ".join(parts)
+    spec = agents.REGISTRY.get(agent.get("agent_name"))
+    method = spec.method_of(agent) if spec is not None and set(agent) <= set(spec.get_config().keys()) else None
+    paper = methods.paper_values(method, env_name) if method else {}
+    method_label, label = agents.describe(agent, paper, record.get("agent_defaults"))
     if data_source(record) == "generated":
         label += " (generated data)"
-    return method, label
+    return method_label, label
 
 
 def data_source(record: Dict) -> str:
@@ -200,7 +140,7 @@ def domain_and_task(env_name: str, task_id: Optional[int]) -> Tuple[str, str]:
     `('lift-ph', 'lift-ph')`. An env name without paper settings is its own domain and task.
     """
     try:
-        domain = presets.domain_of(env_name)
+        domain = methods.domain_of(env_name)
     except ValueError:
         return env_name, env_name
     match = _DATA_TYPE_RE.search(env_name)
@@ -264,7 +204,8 @@ def make_run(source: str, record: Dict, rows: Iterable[Tuple[float, float]]) -> 
         flags, agent = record["flags"], record["agent"]
         method, label = label_of(record)
         domain, task = domain_and_task(flags["env_name"], record.get("task_id"))
-        driver = "main" if agent["agent_name"] == "acfql" else "main_online"
+        spec = agents.REGISTRY.get(agent.get("agent_name"))
+        driver = record.get("driver") or (spec.drivers[0] if spec is not None else "main")
         seed = int(flags["seed"])
         offline_steps = int(flags.get("offline_steps") or 0)
         online_steps = int(flags.get("online_steps") or 0)
@@ -805,8 +746,10 @@ def _legend_entries(labels: Sequence[str], paper_methods: Sequence[str], styles:
     for label in labels:
         method = label.split(" ")[0]
         placed = any(p[1] and p[1][0] == f"{method} (paper)" for p in pairs)
-        paper = (f"{method} (paper)", _paper_style(method, styles), True)
-        pairs.append(((label, styles[label], False), paper if method in paper_methods and not placed else None))
+        paper = None
+        if method in paper_methods and not placed:
+            paper = (f"{method} (paper)", _paper_style(method, styles), True)
+        pairs.append(((label, styles[label], False), paper))
     blank = ("", ("#ffffff", ""), False)
     if not any(paper for _, paper in pairs):
         return [ours for ours, _ in pairs], min(max(len(pairs), 1), max_columns)
@@ -824,7 +767,8 @@ def _legend_entries(labels: Sequence[str], paper_methods: Sequence[str], styles:
 def _paper_style(method: str, styles: Dict) -> Tuple[str, str]:
     if method in styles:
         return styles[method]
-    return next((s for label, s in sorted(styles.items()) if label.split(" ")[0] == method), METHOD_STYLES[method])
+    own = next((s for label, s in sorted(styles.items()) if label.split(" ")[0] == method), None)
+    return own or METHOD_STYLES.get(method, ("#000000", "."))
 
 
 def _panel_paper(curves, paper, panel, method, per_task) -> Optional[PaperCurve]:

@@ -68,7 +68,8 @@ import submitit
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-import presets  # noqa: E402
+import agents  # noqa: E402
+from runner import methods  # noqa: E402
 
 DRIVERS = {"main.py": "main", "main_online.py": "main_online"}
 DONE_FILE = "DONE.json"
@@ -271,17 +272,17 @@ def without_flag(flags_list: Sequence[str], name: str) -> List[str]:
 
 
 def driver_flags(driver: str) -> Tuple[set, set]:
-    """`(flag names of the driver, absl's own flags)`, from `run_utils.define_flags` in a fresh `FlagValues`."""
+    """`(flag names of the driver, absl's own flags)`, from `runner.flags.define_flags` in a fresh `FlagValues`."""
     from absl import flags
     from absl import logging as _absl_logging  # noqa: F401 - defines absl's logging flags (--v, --logtostderr)
-
-    import run_utils
 
     fv = flags.FlagValues()
     argv = sys.argv
     sys.argv = argv[:1]  # ml_collections reads --agent.KEY overrides from sys.argv while defining --agent
     try:
-        run_utils.define_flags(driver, flag_values=fv)
+        from runner.flags import define_flags
+
+        define_flags(driver, flag_values=fv)
     finally:
         sys.argv = argv
     own = {name for name in fv if not name.startswith("agent.")}
@@ -291,9 +292,7 @@ def driver_flags(driver: str) -> Tuple[set, set]:
 
 def agent_keys(driver: str, fixed: Sequence[str]) -> set:
     """The config keys of the agent the runs build (`--agent=FILE` after `--`, else the driver's default)."""
-    import run_utils
-
-    path = flag_value(fixed, "agent") or run_utils.AGENT_FILES[run_utils.DRIVERS[driver]]
+    path = flag_value(fixed, "agent") or agents.CONFIG_FILES[agents.default_agent(driver).name]
     try:
         spec = importlib.util.spec_from_file_location("_sweep_agent_config", path)
         module = importlib.util.module_from_spec(spec)
@@ -336,8 +335,8 @@ def check_flags(driver: str, axes: Sequence[Axis], fixed: Sequence[str]):
             raise InputError(f"--{axis.key} is both swept (--grid) and fixed (after --)")
         if axis.key == "method":
             for value in axis.values:
-                if value not in presets.METHODS[driver]:
-                    accepted = "|".join(presets.METHODS[driver])
+                if value not in methods.method_names(driver):
+                    accepted = "|".join(methods.method_names(driver))
                     raise InputError(f"--grid=method=...: {value!r} is not a method of {script} ({accepted})")
 
 
@@ -579,9 +578,9 @@ def build_runs(args, fixed: List[str]) -> List[SweepRun]:
         raise InputError("--tasks and --grid=env_name=... together: list the env names with their tasks instead")
     check_flags(driver, axes, fixed)
     sweep = args.sweep_name
-    import run_utils
+    from runner.flags import DEFAULT_ENV
 
-    base_env = flag_value(fixed, "env_name") or run_utils.DEFAULT_ENV
+    base_env = flag_value(fixed, "env_name") or DEFAULT_ENV
     if tasks is not None:
         with_task(base_env, 1)  # raises for an env without tasks
         fixed = without_flag(fixed, "env_name")

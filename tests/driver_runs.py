@@ -27,11 +27,21 @@ def tiny_dataset(directory) -> str:
     return path
 
 
-def run_driver(script, save_dir, name, dataset_path, flags, env_extra=None, expect=0, timeout=900):
-    """Run `script` with `flags` into `<save_dir>/g/<name>`; assert its exit status; `(run_dir, result)`."""
+def fault_env(fault):
+    """Environment entries that make a driver process fail on purpose (tests/faults/sitecustomize.py):
+    `fault` is `kill@<phase>:<step>` (SIGKILL) or `signal@<phase>:<step>` (SIGTERM)."""
+    return {"QC_FAULT": fault, "PYTHONPATH": os.path.join(ROOT, "tests", "faults")}
+
+
+def run_driver(script, save_dir, name, dataset_path, flags, env_extra=None, expect=0, timeout=900, fault=None):
+    """Run `script` with `flags` into `<save_dir>/g/<name>`; assert its exit status; `(run_dir, result)`.
+
+    `fault`: see `fault_env`."""
     cmd = [sys.executable, script, f"--save_dir={save_dir}", "--run_group=g", f"--run_name={name}",
            f"--dataset_path={dataset_path}", *flags]  # fmt: skip
     env = dict(os.environ, JAX_PLATFORMS="cpu", WANDB_MODE="disabled", **(env_extra or {}))
+    if fault is not None:
+        env.update(fault_env(fault))
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     assert result.returncode == expect, result.stderr[-3000:]
     return os.path.join(save_dir, "g", name), result

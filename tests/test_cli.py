@@ -13,8 +13,10 @@ import sys
 import pytest
 from absl import flags
 
-import run_utils
 from agents import acfql, acrlpd
+from runner import cli
+from runner.config import RunConfig
+from runner.flags import define_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,9 +28,9 @@ def parse(monkeypatch, driver, *args):
     # of a driver), so argv must be in place before define_flags.
     monkeypatch.setattr(sys, "argv", argv)
     flag_values = flags.FlagValues()
-    run_utils.define_flags(driver, flag_values)
-    run_utils.parse_flags(argv, driver, flag_values)
-    return run_utils.RunConfig.from_flags(flag_values, driver)
+    define_flags(driver, flag_values)
+    cli.parse_flags(argv, driver, flag_values)
+    return RunConfig.from_flags(flag_values, driver)
 
 
 def error_of(monkeypatch, capsys, driver, *args) -> str:
@@ -38,7 +40,7 @@ def error_of(monkeypatch, capsys, driver, *args) -> str:
     except SystemExit as e:
         assert e.code == 2
         err = capsys.readouterr().err.strip()
-    except run_utils.InputError as e:
+    except cli.InputError as e:
         err = f"error: {e}"
     else:
         pytest.fail(f"{driver} {args} was accepted")
@@ -48,7 +50,7 @@ def error_of(monkeypatch, capsys, driver, *args) -> str:
 
 def boolean_flags(driver):
     flag_values = flags.FlagValues()
-    run_utils.define_flags(driver, flag_values)
+    define_flags(driver, flag_values)
     return sorted(name for name in flag_values if flag_values[name].boolean and "help" not in name)
 
 

@@ -1,21 +1,32 @@
 """The import graph of the project: layers import only downward, and no module imports itself back.
 
-Layers, bottom up: `utils/` (leaf modules), `envs/` and `agents/`, then the drivers' modules at the
-repository root (`evaluation.py`, `log_utils.py`, `presets.py`, `run_utils.py`, `main*.py`) and
-`scripts/`. Imports inside functions count too.
+Layers, bottom up: `utils/` (leaf modules); `envs/` and `agents/`; `log_utils.py` and
+`evaluation.py`; the drivers' kit `runner/`; the drivers `main.py`, `main_online.py` and `scripts/`.
+Imports inside functions count too. The repository root holds only the card's modules.
 """
 
 import ast
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ("utils", "envs", "agents")
+PACKAGES = ("utils", "envs", "agents", "runner")
 # What each layer may import from the project.
 ALLOWED = {
     "utils": {"utils"},
     "envs": {"utils", "envs"},
     "agents": {"utils", "agents"},
+    "log_utils": set(),
+    "evaluation": {"utils"},
+    "runner": {"utils", "envs", "agents", "log_utils", "evaluation", "runner"},
 }
+# The repository root: the modules of the design card, the packages and the project's folders.
+ROOT_ENTRIES = {
+    "agents", "utils", "envs", "runner", "scripts", "tests", "docs", "data",
+    "main.py", "main_online.py", "evaluation.py", "log_utils.py",
+    "README.md", "requirements.txt", "requirements-robomimic.txt", "pyproject.toml",
+}  # fmt: skip
+# No module grows past this many lines (scripts included).
+MAX_LINES = 800
 
 
 def project_modules():
@@ -52,7 +63,7 @@ def imports_of(path, modules):
 
 def test_layers_import_only_downward():
     modules = project_modules()
-    assert {"utils.datasets", "envs.ogbench_utils", "agents.acfql", "run_utils"} <= set(modules)
+    assert {"utils.datasets", "envs.ogbench_utils", "agents.acfql", "runner.setup", "evaluation"} <= set(modules)
     for module, path in modules.items():
         layer = module.split(".")[0]
         if layer not in ALLOWED:
@@ -82,3 +93,14 @@ def test_no_import_cycles():
     for m in graph:
         if m not in state:
             visit(m, [m])
+
+
+def test_root_holds_only_the_cards_modules():
+    visible = {e for e in os.listdir(ROOT) if not e.startswith(".") and e not in ("exp", "wandb", "venv")}
+    visible = {e for e in visible if not e.endswith(".egg-info") and e != "__pycache__"}
+    assert visible <= ROOT_ENTRIES, sorted(visible - ROOT_ENTRIES)
+
+
+def test_no_module_is_longer_than_the_limit():
+    long = {m: n for m, p in project_modules().items() if (n := sum(1 for _ in open(p))) > MAX_LINES}
+    assert not long, long

@@ -139,7 +139,18 @@ def _agent_record(env_name="cube-double-play-singletask-task2-v0", h=5, datasets
         ({**QC_AGENT, "actor_num_samples": 8}, 1, "BFN N=8"),
         ({**QC_FQL_AGENT, "alpha": 100.0}, 3, "QC-FQL h=3 alpha=100"),
         ({"agent_name": "acrlpd", "action_chunking": True, "bc_alpha": 0.1}, 4, "QC-RLPD h=4 bc_alpha=0.1"),
-        ({"agent_name": "acrlpd", "action_chunking": False, "bc_alpha": 0.0}, 5, "RLPD-n"),
+        # Not a paper method: the agent's name and what differs from its defaults, never a method's label.
+        (
+            {"agent_name": "acrlpd", "action_chunking": False, "bc_alpha": 0.0},
+            5,
+            "acrlpd action_chunking=False horizon_length=5",
+        ),
+        ({**QC_AGENT, "critic_target": "max"}, 5, "acfql critic_target=max horizon_length=5"),
+        (
+            {"agent_name": "toy", "toy_weight": 0.5},
+            5,
+            "toy batch_size=256 discount=0.99 horizon_length=5 toy_weight=0.5",
+        ),
     ],
 )
 def test_method_labels(agent, h, label):

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-import run_state
+from runner import resume
 from tests.driver_runs import assert_same_run, run_driver, tiny_dataset
 
 pytestmark = pytest.mark.slow
@@ -45,9 +45,8 @@ def dataset_path(tmp_path_factory):
     return tiny_dataset(tmp_path_factory.mktemp("data"))
 
 
-def _run(script, save_dir, name, dataset_path, *extra, env_extra=None, expect=0):
-    return run_driver(script, save_dir, name, dataset_path, [*TINY, *extra], env_extra=env_extra, expect=expect,
-                      timeout=600)  # fmt: skip
+def _run(script, save_dir, name, dataset_path, *extra, fault=None, expect=0):
+    return run_driver(script, save_dir, name, dataset_path, [*TINY, *extra], fault=fault, expect=expect, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -69,9 +68,9 @@ def reference_runs(tmp_path_factory, dataset_path):
 )
 def test_sigkill_then_resume_is_exact(tmp_path, dataset_path, reference_runs, script, kill_at):
     extra = MAIN if script == "main.py" else ONLINE
-    run_dir, _ = _run(script, str(tmp_path), "r", dataset_path, *extra, env_extra={"QC_TEST_KILL_AT": kill_at},
+    run_dir, _ = _run(script, str(tmp_path), "r", dataset_path, *extra, fault=f"kill@{kill_at}",
                       expect=-9)  # fmt: skip
-    assert run_state.latest_state(run_dir) is not None and not os.path.exists(os.path.join(run_dir, "DONE.json"))
+    assert resume.latest_state(run_dir) is not None and not os.path.exists(os.path.join(run_dir, "DONE.json"))
     _run(script, str(tmp_path), "r", dataset_path, *extra, "--resume")
     final = 456 if script == "main.py" else 450
     assert_same_run(reference_runs["main" if script == "main.py" else "online"], run_dir, final)
@@ -79,8 +78,8 @@ def test_sigkill_then_resume_is_exact(tmp_path, dataset_path, reference_runs, sc
 
 def test_sigterm_writes_state_mid_episode_then_resumes(tmp_path, dataset_path, reference_runs):
     run_dir, result = _run("main.py", str(tmp_path), "t", dataset_path, *MAIN,
-                           env_extra={"QC_TEST_SIGNAL_AT": "online:121"}, expect=run_state.EXIT_PREEMPTED)  # fmt: skip
-    with open(os.path.join(run_state.latest_state(run_dir), "state.json")) as f:
+                           fault="signal@online:121", expect=resume.EXIT_PREEMPTED)  # fmt: skip
+    with open(os.path.join(resume.latest_state(run_dir), "state.json")) as f:
         meta = json.load(f)
     # The state is written at the signal's step, in the middle of an episode (200 steps) and of a chunk (h = 3):
     # the episode's actions are saved and replayed on resume, the rest of the chunk is kept.

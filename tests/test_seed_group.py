@@ -6,7 +6,6 @@ group must match the single-seed run of that seed, a killed group must resume ex
 offline dispatch must give the batches its sampler promises.
 """
 
-import dataclasses
 import json
 import math
 import os
@@ -17,11 +16,10 @@ import jax
 import numpy as np
 import pytest
 
-import offline_dispatch
-import run_state
-import run_utils
-import seed_group
 from agents.acfql import ACFQLAgent, get_config
+from evaluation import OnlineCollector
+from log_utils import TIME_SECTIONS, TimeSplit
+from runner import cli, dispatch, resume, seed_group, setup
 from tests.driver_runs import assert_same_run, csv_rows, run_driver, tiny_dataset
 from tests.test_cli import parse
 from utils.datasets import ReplayBuffer
@@ -57,23 +55,23 @@ def test_group_update_equals_separate_updates(mode):
     group.seed_batching = mode
     rtol = 0 if mode == "map" else 1e-5
     rng = np.random.default_rng(0)
-    singles = list(agents)
+    singles, update, stacked = list(agents), group.update_fn(), group.agent
     for _ in range(5):
         batches = [_batch(rng) for _ in agents]
-        info = group.update({k: np.stack([b[k] for b in batches]) for k in batches[0]})
+        stacked, info = update(stacked, {k: np.stack([b[k] for b in batches]) for k in batches[0]})
         for s, batch in enumerate(batches):
             singles[s], single_info = singles[s].update(batch)
             np.testing.assert_allclose(np.asarray(info["critic/critic_loss"])[s], single_info["critic/critic_loss"],
                                        rtol=rtol)  # fmt: skip
     for s in range(3):
-        sliced = jax.tree_util.tree_leaves(group.agent_for(s))
+        sliced = jax.tree_util.tree_leaves(group.agent_for(stacked, s))
         for a, b in zip(sliced, jax.tree_util.tree_leaves(singles[s]), strict=True):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=rtol, atol=0 if mode == "map" else 1e-6)
     # The per-seed policy acts like the seed's own agent.
     obs, key = rng.normal(size=(3,)).astype(np.float32), jax.random.PRNGKey(3)
     np.testing.assert_allclose(
-        np.asarray(group.policy_for(1).sample_actions(obs, key)),
-        np.asarray(group.agent_for(1).sample_actions(obs, key)),
+        np.asarray(group.policy_for(stacked, 1).sample_actions(obs, key)),
+        np.asarray(group.agent_for(stacked, 1).sample_actions(obs, key)),
         rtol=1e-6,
     )
 
@@ -122,13 +120,13 @@ def _cfg(**overrides):
 def test_dispatches_stop_where_something_happens(overrides, expected_ends):
     cfg, done, ends = _cfg(**overrides), 0, []
     while done < cfg.offline_steps:
-        done += offline_dispatch.dispatch_size(done, cfg)
+        done += dispatch.dispatch_size(done, cfg)
         ends.append(done)
     assert ends == expected_ends
 
 
 def test_time_split_sections():
-    split = seed_group.TimeSplit()
+    split = TimeSplit()
     with split("updates"):
         time.sleep(0.02)
     with split("sampling"):
@@ -136,7 +134,7 @@ def test_time_split_sections():
     metrics = split.metrics()
     assert metrics["time/updates_s"] >= 0.02 and metrics["time/sampling_s"] >= 0.01
     assert metrics["time/evaluation_s"] == 0.0
-    fracs = sum(metrics[f"time/{name}_frac"] for name in seed_group.TIME_SECTIONS) + metrics["time/other_frac"]
+    fracs = sum(metrics[f"time/{name}_frac"] for name in TIME_SECTIONS) + metrics["time/other_frac"]
     assert math.isclose(fracs, 1.0, rel_tol=1e-6)
     with pytest.raises(ValueError, match="unknown time section"):
         with split("coffee"):
@@ -145,13 +143,13 @@ def test_time_split_sections():
 
 def test_seed_configs_name_each_seed(monkeypatch):
     cfg = parse(monkeypatch, "main", "--num_seeds=3", "--seed=5", "--run_name=x")
-    configs = run_utils.seed_configs(cfg)
+    configs = setup.seed_configs(cfg)
     assert [(c.seed, c.run_name) for c in configs] == [(5, "x_sd5"), (6, "x_sd6"), (7, "x_sd7")]
     assert all(c.num_seeds == 3 for c in configs)
     one = parse(monkeypatch, "main", "--run_name=x")
-    assert run_utils.seed_configs(one) == [one]
-    unnamed = dataclasses.replace(cfg, run_name=None)
-    assert [c.run_name for c in run_utils.seed_configs(unnamed)] == [None, None, None]
+    assert setup.seed_configs(one) == [one]
+    unnamed = cfg.replace(run_name=None)
+    assert [c.run_name for c in setup.seed_configs(unnamed)] == [None, None, None]
 
 
 @pytest.mark.parametrize(
@@ -164,7 +162,7 @@ def test_seed_configs_name_each_seed(monkeypatch):
     ],
 )
 def test_bad_group_flags(monkeypatch, argv, message):
-    with pytest.raises(run_utils.InputError, match=message):
+    with pytest.raises(cli.InputError, match=message):
         parse(monkeypatch, "main", *argv)
 
 
@@ -189,13 +187,13 @@ def test_collector_state_mid_episode_replays_exactly():
         return ReplayBuffer.create(example, size=200)
 
     agent = Agent()
-    a = run_utils.OnlineCollector(make(), 5, lambda r: r, jax.random.PRNGKey(0))
+    a = OnlineCollector(make(), 5, lambda r: r, jax.random.PRNGKey(0))
     buffer_a = new_buffer()
     for _ in range(37):
         a.step(agent, buffer_a)
     state = json.loads(json.dumps(a.state()))  # as it goes through state.json
     assert len(state["episode"]["actions"]) == 37 and len(state["episode"]["queue"]) == 2
-    b = run_utils.OnlineCollector(make(), 5, lambda r: r, jax.random.PRNGKey(99))
+    b = OnlineCollector(make(), 5, lambda r: r, jax.random.PRNGKey(99))
     b.env.reset(seed=12345)  # another generator state: restore must set it
     b.restore(state)
     buffer_b = new_buffer()
@@ -206,7 +204,7 @@ def test_collector_state_mid_episode_replays_exactly():
         np.testing.assert_array_equal(buffer_a[k][37:67], buffer_b[k][:30])
     # A state whose observation does not match the replay is refused.
     state["episode"]["observation"][0] += 1e-3
-    c = run_utils.OnlineCollector(make(), 5, lambda r: r, jax.random.PRNGKey(0))
+    c = OnlineCollector(make(), 5, lambda r: r, jax.random.PRNGKey(0))
     with pytest.raises(RuntimeError, match="did not reproduce"):
         c.restore(state)
 
@@ -232,8 +230,8 @@ def dataset_path(tmp_path_factory):
     return tiny_dataset(tmp_path_factory.mktemp("data"))
 
 
-def _run(script, save_dir, name, dataset_path, *extra, env_extra=None, expect=0):
-    run_driver(script, save_dir, name, dataset_path, [*TINY, *extra], env_extra=env_extra, expect=expect)
+def _run(script, save_dir, name, dataset_path, *extra, fault=None, expect=0):
+    run_driver(script, save_dir, name, dataset_path, [*TINY, *extra], fault=fault, expect=expect)
 
 
 def _rows(path):
@@ -305,9 +303,9 @@ def test_killed_group_resumes_exactly(tmp_path, dataset_path, kill_at, extra, fi
             "--num_seeds=2", *extra]  # fmt: skip
     save = str(tmp_path)
     _run("main.py", save, "ref", dataset_path, *args)
-    _run("main.py", save, "cut", dataset_path, *args, env_extra={"QC_TEST_KILL_AT": kill_at}, expect=-9)
+    _run("main.py", save, "cut", dataset_path, *args, fault=f"kill@{kill_at}", expect=-9)
     group_dir = os.path.join(save, "g")
-    assert run_state.state_steps(os.path.join(group_dir, "cut_sd0")) == run_state.state_steps(
+    assert resume.state_steps(os.path.join(group_dir, "cut_sd0")) == resume.state_steps(
         os.path.join(group_dir, "cut_sd1")
     )
     _run("main.py", save, "cut", dataset_path, *args, "--resume")
@@ -331,8 +329,8 @@ def test_offline_dispatch_samplers(tmp_path, dataset_path):
     assert _rows(os.path.join(g, "k1", "offline_agent.csv")) != _rows(os.path.join(g, "dev4", "offline_agent.csv"))
     # Every row carries the time split.
     row = _rows(os.path.join(g, "dev10", "offline_agent.csv"))[-1]
-    assert {f"time/{s}_frac" for s in seed_group.TIME_SECTIONS} <= row.keys()
+    assert {f"time/{s}_frac" for s in TIME_SECTIONS} <= row.keys()
     # A device-sampled offline phase cannot be resumed on the host sampler.
     _run("main.py", save, "mix", dataset_path, *args, "--updates_per_dispatch=10", "--offline_sampler=device",
-         "--state_interval=10", env_extra={"QC_TEST_KILL_AT": "offline:20"}, expect=-9)  # fmt: skip
+         "--state_interval=10", fault="kill@offline:20", expect=-9)  # fmt: skip
     _run("main.py", save, "mix", dataset_path, *args, "--resume", expect=2)

@@ -24,6 +24,8 @@ import submitit
 from submitit.core import utils as submitit_utils
 from submitit.slurm import slurm as submitit_slurm
 
+from tests.driver_runs import fault_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _spec = importlib.util.spec_from_file_location("sweep", os.path.join(ROOT, "scripts", "sweep.py"))
 sweep = importlib.util.module_from_spec(_spec)
@@ -706,7 +708,7 @@ def test_local_sweep_of_the_real_driver(tmp_path):
     ]
     # Each driver stops itself at offline step 2 as on SIGTERM (state written, exit status 3); the sweep relaunches
     # it in place with --resume and it continues from that state.
-    env = dict(os.environ, JAX_PLATFORMS="cpu", WANDB_MODE="disabled", QC_TEST_SIGNAL_AT="offline:2")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", WANDB_MODE="disabled", **fault_env("signal@offline:2"))
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     logs = save_dir / "tiny" / "logs"
     details = result.stdout + result.stderr + "".join(p.read_text()[-3000:] for p in logs.glob("*.log"))

@@ -389,7 +389,7 @@ def scan_updates(agent, stacked_batches):
     """`agent.update` on each batch along the leading axis of `stacked_batches` `(k, B, ...)`.
 
     One `lax.scan`, jitted. Returns `(agent, info)` with the LAST step's info. The agent equals that of
-    `agent.batch_update(stacked_batches)` (agents/common.py: the same scan of the same step), whose
+    `agent.batch_update(stacked_batches)` (the same scan of the same step), whose
     info is instead the mean over the `k` steps.
     """
     agent, infos = jax.lax.scan(lambda a, batch: a.update(batch), agent, stacked_batches)
@@ -406,7 +406,7 @@ def _same_state(a, b) -> bool:
 
 
 def _rng_state(rng: np.random.Generator) -> Dict:
-    """A copy of the JSON-able state of `rng` (`run_state.generator_state` format)."""
+    """A copy of the JSON-able state of `rng` (`utils.seeding.generator_state` format)."""
     return copy.deepcopy(rng.bit_generator.state)
 
 
@@ -459,7 +459,7 @@ class PrefetchingSampler:
             steps_per_item: `k >= 1` batches stacked per item.
             depth: items kept ready, >= 1.
             keys: the batch keys to stack and copy (default: all of `sample_sequence`'s; pass
-                `agents.common.UPDATE_KEYS` to copy only what the update reads).
+                the agent's batch keys, to copy only what the update reads).
             device: a `jax.Device` for `jax.device_put` (default JAX's default device).
 
         Raises:
@@ -547,8 +547,8 @@ class PrefetchingSampler:
     def generator_state(self) -> Dict:
         """The dataset generator's state before the next item `next()` will return.
 
-        `run_state.generator_state`-compatible (a copy of `rng.bit_generator.state`): restoring it into
-        the dataset's generator (`run_state.set_generator_state`) continues the identical sequence of
+        `utils.seeding.generator_state`-compatible (a copy of `rng.bit_generator.state`): restoring it into
+        the dataset's generator (`utils.seeding.set_generator_state`) continues the identical sequence of
         batches. Before the first `next()` it is the state at construction.
         """
         return copy.deepcopy(self._next_state)

@@ -29,7 +29,7 @@ No stream is seeded twice and none is seeded from `seed + k` arithmetic (which m
 agent share seed 0's collector key in earlier versions).
 """
 
-from typing import List, Tuple
+from typing import Dict, List, Tuple
 
 import jax
 import numpy as np
@@ -86,3 +86,23 @@ def evaluation_streams(seed: int, step: int, num_episodes: int) -> Tuple[jax.Arr
     key = jax.random.fold_in(jax_key(seed, "evaluation"), step)
     reset_seeds = seed_sequence(seed, "evaluation", step).generate_state(max(num_episodes, 1))[:num_episodes]
     return key, [int(s) for s in reset_seeds]
+
+
+# ---- saving streams in run states (JSON, no pickle) ----
+
+
+def generator_state(rng: np.random.Generator) -> Dict:
+    """The JSON-able state of a numpy `Generator` (its bit generator's `state` dict)."""
+    return rng.bit_generator.state
+
+
+def set_generator_state(rng: np.random.Generator, state: Dict):
+    rng.bit_generator.state = state
+
+
+def key_to_list(key) -> List[int]:
+    return np.asarray(jax.device_get(key)).tolist()
+
+
+def key_from_list(values) -> jax.Array:
+    return jax.numpy.asarray(np.asarray(values, dtype=np.uint32))

@@ -15,7 +15,7 @@ has `COMPLETE` and a readable `state.json` and skips any other. The newest `keep
 
 Safe points: every step. Online, an episode in progress is saved as the environment's random
 generator state before the episode's reset, the actions executed since and the rest of the current
-chunk (`run_utils.OnlineCollector.state`); resuming resets the environment from that generator state
+chunk (`evaluation.OnlineCollector.state`); resuming resets the environment from that generator state
 and replays the actions (MuJoCo is deterministic), checks that the replay reaches the saved
 observation exactly, and continues. With `--num_seeds` every seed's state is written at the same
 step and old states are pruned only once all seeds have written.
@@ -29,7 +29,6 @@ import shutil
 import signal
 from typing import Dict, List, Optional
 
-import jax
 import numpy as np
 
 from utils.flax_utils import restore_agent, save_agent
@@ -37,15 +36,6 @@ from utils.flax_utils import restore_agent, save_agent
 FORMAT_VERSION = 1
 EXIT_PREEMPTED = 3  # the driver wrote its state and stopped on a signal: rerun with --resume to continue
 PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
-
-
-def generator_state(rng: np.random.Generator) -> Dict:
-    """The JSON-able state of a numpy `Generator` (its bit generator's `state` dict)."""
-    return rng.bit_generator.state
-
-
-def set_generator_state(rng: np.random.Generator, state: Dict):
-    rng.bit_generator.state = state
 
 
 def state_dirs(run_dir: str) -> List[str]:
@@ -193,14 +183,6 @@ def lock_run_dir(run_dir: str):
     _LOCKS.append(fd)
 
 
-def key_to_list(key) -> List[int]:
-    return np.asarray(jax.device_get(key)).tolist()
-
-
-def key_from_list(values) -> jax.Array:
-    return jax.numpy.asarray(np.asarray(values, dtype=np.uint32))
-
-
 def csv_row_counts(run_dir: str) -> Dict[str, int]:
     """Data rows of every `*.csv` in `run_dir` (the header excluded)."""
     counts = {}
@@ -254,3 +236,113 @@ class PreemptionFlag:
     @property
     def raised(self) -> bool:
         return self.signum is not None
+
+
+# ------------------------------------------------------------------------------------------------ --resume
+
+# Settings that may differ between a run and its resumption.
+RESUME_MAY_CHANGE = (
+    "resume",
+    "progress",
+    "state_interval",
+    "keep_states",
+    "wandb_mode",
+    "sweep_info",
+    "run_name",
+    "num_seeds",
+    "seed_batching",
+    "updates_per_dispatch",
+    "offline_sampler",
+    "eval_envs",
+    "eval_env_mode",
+    "agent_file",
+)
+# Flags holding paths: compared after normalisation (`exp` and `exp/` are one directory).
+PATH_FLAGS = ("save_dir", "dataset_path", "ogbench_dataset_dir", "agent_file")
+# Agent config keys filled in by create(): not set by the user.
+FILLED_KEYS = ("ob_dims", "action_dim", "target_entropy")
+
+
+def _comparable(values: Dict, path_keys=()) -> Dict:
+    values = json.loads(json.dumps(values))
+    for k in path_keys:
+        if values.get(k):
+            values[k] = os.path.normpath(os.path.abspath(os.path.expanduser(values[k])))
+    return values
+
+
+class RunFinished(Exception):
+    """`--resume` of a run that has finished (its `DONE.json` exists): nothing to do."""
+
+
+def resume_point(cfg) -> Optional[str]:
+    """The state to continue with `--resume` (None: start fresh); `RunFinished` for a finished run.
+
+    Raises `ValueError` when the existing run was started with other settings.
+    """
+    if not cfg.resume:
+        return None
+    run_dir = os.path.join(cfg.save_dir, cfg.run_group, cfg.run_name)
+    if os.path.isfile(os.path.join(run_dir, "DONE.json")):
+        raise RunFinished(run_dir)
+    flags_path = os.path.join(run_dir, "flags.json")
+    if os.path.isfile(flags_path):
+        with open(flags_path) as f:
+            record = json.load(f)
+        old, new = _comparable(record.get("flags", {}), PATH_FLAGS), _comparable(cfg.flag_values, PATH_FLAGS)
+        changed = [
+            f"--{k}" for k in sorted(set(old) | set(new)) if k not in RESUME_MAY_CHANGE and old.get(k) != new.get(k)
+        ]
+        before = [old.get(k[2:]) for k in changed]
+        now = [new.get(k[2:]) for k in changed]
+        old_agent, new_agent = _comparable(record.get("agent", {})), _comparable(cfg.agent)
+        for k in sorted(new_agent):
+            if k not in FILLED_KEYS and new_agent[k] is not None and old_agent.get(k) != new_agent[k]:
+                changed.append(f"--agent.{k}")
+                before.append(old_agent.get(k))
+                now.append(new_agent[k])
+        if changed:
+            raise ValueError(
+                f"--resume: {run_dir} was started with other settings ({', '.join(changed)}: {before} then, {now} "
+                "now); resume it with the same flags, or start another --run_name."
+            )
+    return run_dir
+
+
+def group_resume_states(configs: List, agents_: List, datasets: List) -> List[Optional[Dict]]:
+    """The states to continue, one per seed, all at one step: the newest step every seed has whole.
+
+    None for every seed when a fresh start is due (no such step). Locks every run directory.
+    """
+    finished = [
+        c.run_name for c in configs if os.path.isfile(os.path.join(c.save_dir, c.run_group, c.run_name, "DONE.json"))
+    ]
+    if finished and len(finished) < len(configs):
+        raise ValueError(
+            f"--resume: runs {finished} of this seed group have finished and the others have not; resume each "
+            "unfinished run alone (--num_seeds=1 --seed=<its seed> --run_name=<its name>)."
+        )
+    if finished:
+        raise RunFinished(", ".join(os.path.join(c.save_dir, c.run_group, c.run_name) for c in configs))
+    dirs = [resume_point(c) for c in configs]
+    for d in dirs:
+        os.makedirs(d, exist_ok=True)
+        lock_run_dir(d)
+    if len(configs) == 1:
+        metas = [read_latest_usable_state(dirs[0], agents_[0], datasets[0])]
+    else:
+        metas = [None] * len(configs)
+        common = set.intersection(*[set(state_steps(d)) for d in dirs])
+        for step in sorted(common, reverse=True):
+            candidate = [read_usable_state(d, step, a, ds) for d, a, ds in zip(dirs, agents_, datasets, strict=True)]
+            if all(m is not None for m in candidate):
+                metas = candidate
+                break
+    for d, meta in zip(dirs, metas, strict=True):
+        if meta is not None:
+            truncate_csvs(d, meta["csv_rows"])
+            logging.info("Resuming from %s (%s step %d)", meta["path"], meta["phase"], meta["step_in_phase"])
+        else:
+            logging.warning("--resume: %s has no complete run state; starting it fresh.", d)
+            shutil.rmtree(os.path.join(d, "state"), ignore_errors=True)  # a fresh start
+    return metas

@@ -1,4 +1,4 @@
-"""The drivers' kit (run_utils.py): error forms, start-up checks, checkpoint order, replay buffers."""
+"""The drivers' kit (runner/): error forms, start-up checks, checkpoint order, replay buffers, run states."""
 
 import logging
 import os
@@ -7,7 +7,8 @@ import types
 import numpy as np
 import pytest
 
-import run_utils
+from runner import batches, cli, resume, setup
+from runner.seed_group import SeedGroup
 from tests.test_cli import parse
 from utils import seeding
 from utils.datasets import Dataset
@@ -32,11 +33,11 @@ def _dataset(terminals, seed=0):
 
 def test_input_error_is_one_line_and_exit_2(capsys):
     def main(_):
-        with run_utils.input_errors():
+        with cli.input_errors():
             raise FileNotFoundError("dataset missing")
 
     with pytest.raises(SystemExit) as e:
-        run_utils.run_cli(main)([])
+        cli.run_cli(main)([])
     assert e.value.code == 2
     assert capsys.readouterr().err.startswith("error: dataset missing\n")
 
@@ -45,35 +46,35 @@ def test_error_during_training_keeps_its_traceback():
     """Only input errors found during setup get the one-line form; a ValueError at step 700k does not."""
 
     def main(_):
-        with run_utils.input_errors():
+        with cli.input_errors():
             pass  # setup went fine
         raise ValueError("NaN in the critic at step 700000")
 
     with pytest.raises(ValueError, match="step 700000"):
-        run_utils.run_cli(main)([])
+        cli.run_cli(main)([])
 
 
 # ---------------------------------------------------------------- start-up checks
 
 
 def test_trajectory_lengths():
-    np.testing.assert_array_equal(run_utils.trajectory_lengths(np.array([0, 0, 1, 0, 1, 0, 0])), [3, 2, 2])
-    np.testing.assert_array_equal(run_utils.trajectory_lengths(np.array([1, 1, 0, 0, 0, 1])), [1, 1, 4])
+    np.testing.assert_array_equal(setup.trajectory_lengths(np.array([0, 0, 1, 0, 1, 0, 0])), [3, 2, 2])
+    np.testing.assert_array_equal(setup.trajectory_lengths(np.array([1, 1, 0, 0, 0, 1])), [1, 1, 4])
 
 
 def test_dataset_without_one_window_is_an_error():
     with pytest.raises(ValueError, match="has 3 rows, fewer than --horizon_length=4"):
-        run_utils.check_dataset_windows(_dataset([0, 0, 1]), 4)
+        setup.check_dataset_windows(_dataset([0, 0, 1]), 4)
 
 
 def test_warning_when_every_trajectory_is_shorter_than_the_chunk(caplog):
     short = _dataset([0, 1, 0, 0, 1, 0, 1])  # trajectories of 2, 3, 2 rows
     with caplog.at_level(logging.WARNING):
-        assert run_utils.check_dataset_windows(short, 4) is False
+        assert setup.check_dataset_windows(short, 4) is False
     assert "shorter than --horizon_length=4 (longest: 3 rows)" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        assert run_utils.check_dataset_windows(short, 3) is True  # one trajectory holds a full window
+        assert setup.check_dataset_windows(short, 3) is True  # one trajectory holds a full window
     assert "shorter" not in caplog.text
 
 
@@ -84,9 +85,9 @@ class _NoGL:
 
 def test_rendering_is_checked_at_start_up():
     with pytest.raises(ValueError, match="MUJOCO_GL=egl .* MUJOCO_GL=osmesa .* --video_episodes=0"):
-        run_utils.check_rendering("cube-single-play-singletask-task1-v0", _NoGL())
+        setup.check_rendering("cube-single-play-singletask-task1-v0", _NoGL())
     with pytest.raises(ValueError, match="robomimic envs .* without a renderer"):
-        run_utils.check_rendering("lift-mh-low_dim", None)
+        setup.check_rendering("lift-mh-low_dim", None)
 
 
 # ---------------------------------------------------------------- the loop's pieces
@@ -96,7 +97,7 @@ def _run(monkeypatch, tmp_path, *args):
     cfg = parse(monkeypatch, "main", f"--save_dir={tmp_path}", *args)
     data = _dataset([0] * 9 + [1])
     example = data.sample(1, idxs=np.zeros(1, dtype=int))
-    return run_utils.Run(
+    return setup.Run(
         cfg=cfg,
         agent=None,
         env_data=types.SimpleNamespace(eval_env=None),
@@ -109,17 +110,15 @@ def _run(monkeypatch, tmp_path, *args):
 
 
 def test_checkpoint_is_written_before_a_failing_evaluation(monkeypatch, tmp_path):
-    import seed_group
-
     run = _run(monkeypatch, tmp_path, "--offline_steps=10", "--eval_interval=5", "--save_interval=5", "--eval_envs=1")
 
     def failing_evaluation(*args, **kwargs):
         raise RuntimeError("renderer crashed")
 
-    monkeypatch.setattr(run_utils, "evaluate_and_log", failing_evaluation)
+    monkeypatch.setattr(setup, "evaluate_and_log", failing_evaluation)
     run.agent = {"w": np.arange(3.0)}  # any flax-serializable pytree
     with pytest.raises(RuntimeError, match="renderer crashed"):
-        seed_group.SeedGroup([run]).end_of_step(10, phase="offline")  # what the drivers call
+        SeedGroup([run]).save_and_evaluate(run.agent, 10, "offline")  # what the drivers call
     assert load_checkpoint_metadata(os.path.join(tmp_path, "checkpoints", "agent_10.msgpack")) == {
         "step": 10,
         "phase": "offline",
@@ -135,19 +134,19 @@ def test_online_steps_are_logged_after_the_offline_ones(monkeypatch, tmp_path):
 @pytest.mark.parametrize("stop", [False, True])
 def test_replay_buffers_use_their_own_stream_and_the_reward_flag(monkeypatch, tmp_path, stop):
     run = _run(monkeypatch, tmp_path, "--seed=3", "--buffer_size=4", f"--stop_reward_at_mask_zero={stop}")
-    buffer = run_utils.make_replay_buffer(run, with_offline_data=True)
+    buffer = setup.make_replay_buffer(run, with_offline_data=True)
     assert buffer.size == 10 and buffer.max_size == 11 and buffer.stop_reward_at_mask_zero is stop
     expected = seeding.numpy_rng(3, "replay_buffer").integers(0, 1000, 5)
     np.testing.assert_array_equal(buffer.rng.integers(0, 1000, 5), expected)
     # The offline sampler's stream is a different one.
     assert not np.array_equal(seeding.numpy_rng(3, "dataset").integers(0, 1000, 5), expected)
-    empty = run_utils.make_replay_buffer(run, with_offline_data=False)
+    empty = setup.make_replay_buffer(run, with_offline_data=False)
     assert empty.size == 0 and empty.max_size == 4 and empty.stop_reward_at_mask_zero is stop
 
 
 def test_sample_windows_reads_h_and_discount_from_the_agent_config():
     data = _dataset([0] * 9 + [1])
-    batch = run_utils.sample_windows(data, {"horizon_length": 3, "discount": 0.5}, 4)
+    batch = batches.sample_windows(data, {"horizon_length": 3, "discount": 0.5}, 4)
     assert batch["actions"].shape == (4, 3, 2)
     np.testing.assert_allclose(batch["rewards"][:, -1], -(1 + 0.5 + 0.25))
 
@@ -162,19 +161,19 @@ class _Spaces:
 
 def test_dataset_must_fit_the_env():
     data = _dataset([0] * 9 + [1])  # observations (1,), actions (2,)
-    run_utils.check_dataset_fits_env(data, _Spaces((1,), (2,)), "env")
+    setup.check_dataset_fits_env(data, _Spaces((1,), (2,)), "env")
     with pytest.raises(ValueError, match=r"dataset x.npz: its actions have shape \(2,\) per row, but env has \(5,\)"):
-        run_utils.check_dataset_fits_env(data, _Spaces((1,), (5,)), "env", "dataset x.npz")
+        setup.check_dataset_fits_env(data, _Spaces((1,), (5,)), "env", "dataset x.npz")
     with pytest.raises(ValueError, match=r"its observations have shape \(1,\) per row, but env has \(28,\)"):
-        run_utils.check_dataset_fits_env(data, _Spaces((28,), (2,)), "env")
+        setup.check_dataset_fits_env(data, _Spaces((28,), (2,)), "env")
 
 
 def test_replay_buffer_that_cannot_fit_in_memory_is_an_error(monkeypatch, tmp_path):
     run = _run(monkeypatch, tmp_path, "--buffer_size=1000000000000")
     with pytest.raises(ValueError, match=r"--buffer_size=1000000000000: the replay buffer needs about .* GiB"):
-        run_utils.check_replay_buffer_memory(run.cfg, run.train_dataset)
+        setup.check_replay_buffer_memory(run.cfg, run.train_dataset)
     run = _run(monkeypatch, tmp_path, "--buffer_size=1000")
-    run_utils.check_replay_buffer_memory(run.cfg, run.train_dataset)  # 1000 rows: fine
+    setup.check_replay_buffer_memory(run.cfg, run.train_dataset)  # 1000 rows: fine
 
 
 # ---------------------------------------------------------------- run directories are never shared
@@ -192,7 +191,7 @@ def test_same_second_runs_get_different_directories(monkeypatch, tmp_path):
 
     monkeypatch.setattr(log_utils, "datetime", FrozenClock)
     cfg = parse(monkeypatch, "main", f"--save_dir={tmp_path}", "--run_group=sweep")
-    dirs = {run_utils.setup_run(cfg, {"agent_name": "acfql"}, {})[0] for _ in range(20)}
+    dirs = {setup.setup_run(cfg, {"agent_name": "acfql"}, {})[0] for _ in range(20)}
     assert len(dirs) == 20
     for d in dirs:
         name = os.path.basename(d)
@@ -202,12 +201,12 @@ def test_same_second_runs_get_different_directories(monkeypatch, tmp_path):
 
 def test_run_name_is_used_once(monkeypatch, tmp_path):
     cfg = parse(monkeypatch, "main", f"--save_dir={tmp_path}", "--run_name=qc_h5_sd0")
-    run_dir, _ = run_utils.setup_run(cfg, {"agent_name": "acfql"}, {})
+    run_dir, _ = setup.setup_run(cfg, {"agent_name": "acfql"}, {})
     assert run_dir == os.path.join(str(tmp_path), "Debug", "qc_h5_sd0")
     with open(os.path.join(run_dir, "eval.csv"), "w") as f:
         f.write("step,success\n4,0.5\n")
     with pytest.raises(ValueError, match="exists already"):
-        run_utils.setup_run(cfg, {"agent_name": "acfql"}, {})
+        setup.setup_run(cfg, {"agent_name": "acfql"}, {})
     assert open(os.path.join(run_dir, "eval.csv")).read() == "step,success\n4,0.5\n"  # untouched
 
 
@@ -222,30 +221,26 @@ def test_run_name_must_be_a_plain_name(monkeypatch, capsys, name):
 
 
 def test_damaged_newest_state_falls_back_to_the_previous_one(tmp_path):
-    import run_state
-
     agent = {"w": np.arange(3.0)}
-    first = run_state.write_state(str(tmp_path), {"global_step": 3, "phase": "offline"}, agent, keep=3)
-    second = run_state.write_state(str(tmp_path), {"global_step": 6, "phase": "offline"}, agent, keep=3)
-    assert run_state.latest_state(str(tmp_path)) == second
+    first = resume.write_state(str(tmp_path), {"global_step": 3, "phase": "offline"}, agent, keep=3)
+    second = resume.write_state(str(tmp_path), {"global_step": 6, "phase": "offline"}, agent, keep=3)
+    assert resume.latest_state(str(tmp_path)) == second
     with open(os.path.join(second, "state.json"), "w") as f:
         f.write('{"global_step": 6, "pha')  # truncated
-    assert run_state.latest_state(str(tmp_path)) == first
+    assert resume.latest_state(str(tmp_path)) == first
     os.makedirs(os.path.join(tmp_path, "state", "step_000000000009"))  # a state without COMPLETE
-    assert run_state.latest_state(str(tmp_path)) == first
+    assert resume.latest_state(str(tmp_path)) == first
     for step in (12, 15, 18):
-        run_state.write_state(str(tmp_path), {"global_step": step, "phase": "offline"}, agent, keep=2)
-    kept = [os.path.basename(p) for p in run_state.state_dirs(str(tmp_path))]
+        resume.write_state(str(tmp_path), {"global_step": step, "phase": "offline"}, agent, keep=2)
+    kept = [os.path.basename(p) for p in resume.state_dirs(str(tmp_path))]
     assert kept == ["step_000000000015", "step_000000000018"]
 
 
 def test_truncate_csvs_drops_rows_after_the_state(tmp_path):
-    import run_state
-
     (tmp_path / "eval.csv").write_text("step,success\n3,0.0\n6,1.0\n9,0.5\n")
     (tmp_path / "late.csv").write_text("step,x\n9,1\n")
     counts = {"eval.csv": 2}
-    run_state.truncate_csvs(str(tmp_path), counts)
+    resume.truncate_csvs(str(tmp_path), counts)
     assert (tmp_path / "eval.csv").read_text() == "step,success\n3,0.0\n6,1.0\n"
     assert not (tmp_path / "late.csv").exists()
 
@@ -253,10 +248,9 @@ def test_truncate_csvs_drops_rows_after_the_state(tmp_path):
 def test_a_second_signal_while_writing_does_not_corrupt_the_state(tmp_path, monkeypatch):
     import signal
 
-    import run_state
     from utils.datasets import ReplayBuffer
 
-    flag = run_state.PreemptionFlag().install()
+    flag = resume.PreemptionFlag().install()
     try:
         buffer = ReplayBuffer.create_from_initial_dataset(dict(_dataset([0] * 9 + [1])), size=20)
         real_save = np.save
@@ -266,11 +260,11 @@ def test_a_second_signal_while_writing_does_not_corrupt_the_state(tmp_path, monk
             os.kill(os.getpid(), signal.SIGTERM)
             os.kill(os.getpid(), signal.SIGUSR1)
 
-        monkeypatch.setattr(run_state.np, "save", save_then_signal)
-        path = run_state.write_state(str(tmp_path), {"global_step": 5, "phase": "online"}, {"w": np.ones(2)}, buffer)
+        monkeypatch.setattr(resume.np, "save", save_then_signal)
+        path = resume.write_state(str(tmp_path), {"global_step": 5, "phase": "online"}, {"w": np.ones(2)}, buffer)
         assert flag.raised and flag.signum == signal.SIGUSR1
-        assert run_state.latest_state(str(tmp_path)) == path
-        restored = run_state.read_state(path, {"w": np.zeros(2)})
+        assert resume.latest_state(str(tmp_path)) == path
+        restored = resume.read_state(path, {"w": np.zeros(2)})
         np.testing.assert_array_equal(restored["buffer_arrays"]["observations"], buffer["observations"])
         assert restored["buffer"] == {"pointer": 10, "size": 10, "max_size": 20}
     finally:
@@ -280,29 +274,28 @@ def test_a_second_signal_while_writing_does_not_corrupt_the_state(tmp_path, monk
 
 def test_resume_refuses_other_settings_agent_keys_included(monkeypatch, tmp_path):
     cfg = parse(monkeypatch, "main", f"--save_dir={tmp_path}", "--run_name=r", "--agent.lr=0.0003")
-    run_utils.setup_run(cfg, dict(cfg.agent), {})
+    setup.setup_run(cfg, dict(cfg.agent), {})
     same = parse(monkeypatch, "main", f"--save_dir={tmp_path}/", "--run_name=r", "--resume", "--agent.lr=0.0003")
-    assert run_utils._resume_point(same) == os.path.join(f"{tmp_path}/", "Debug", "r")  # `dir/` is `dir`
+    assert resume.resume_point(same) == os.path.join(f"{tmp_path}/", "Debug", "r")  # `dir/` is `dir`
     other = parse(monkeypatch, "main", f"--save_dir={tmp_path}", "--run_name=r", "--resume", "--agent.lr=0.001")
     with pytest.raises(ValueError, match=r"--agent\.lr: \[0\.0003\] then, \[0\.001\] now"):
-        run_utils._resume_point(other)
+        resume.resume_point(other)
     seed = parse(monkeypatch, "main", f"--save_dir={tmp_path}", "--run_name=r", "--resume", "--seed=1")
     with pytest.raises(ValueError, match="--seed"):
-        run_utils._resume_point(seed)
+        resume.resume_point(seed)
 
 
 def test_a_damaged_complete_state_falls_back_and_the_run_dir_is_locked(tmp_path):
-    import run_state
     from utils.datasets import ReplayBuffer
 
     data = _dataset([0] * 9 + [1])
     buffer = ReplayBuffer.create_from_initial_dataset(dict(data), size=20)
     meta = {"phase": "online", "step_in_phase": 1, "dataset_rng": {}, "csv_rows": {}, "collector": {}}
-    older = run_state.write_state(str(tmp_path), {**meta, "global_step": 3}, {"w": np.ones(2)}, buffer)
-    newest = run_state.write_state(str(tmp_path), {**meta, "global_step": 6}, {"w": np.ones(2)}, buffer)
+    older = resume.write_state(str(tmp_path), {**meta, "global_step": 3}, {"w": np.ones(2)}, buffer)
+    newest = resume.write_state(str(tmp_path), {**meta, "global_step": 6}, {"w": np.ones(2)}, buffer)
     os.remove(os.path.join(newest, "buffer", "rewards.npy"))  # marked COMPLETE, but damaged
-    got = run_state.read_latest_usable_state(str(tmp_path), {"w": np.zeros(2)}, data)
+    got = resume.read_latest_usable_state(str(tmp_path), {"w": np.zeros(2)}, data)
     assert got["path"] == older and got["global_step"] == 3
-    run_state.lock_run_dir(str(tmp_path))
+    resume.lock_run_dir(str(tmp_path))
     with pytest.raises(ValueError, match="in use by another process"):
-        run_state.lock_run_dir(str(tmp_path))
+        resume.lock_run_dir(str(tmp_path))

@@ -1,14 +1,15 @@
-"""--method presets (presets.py): every method on every domain equals the paper's tables; overrides, contradictions.
+"""--method presets (runner/methods.py, the agents' `SPEC.methods`): every method on every domain equals the
+paper's tables; overrides, contradictions.
 
 The numbers below are an independent copy of docs/settings.md (sections 2-4) and the README's method and
-per-domain tables, written out by hand: a change to a value in presets.py must fail here.
+per-domain tables, written out by hand: a change to a value in an agent's method table must fail here.
 """
 
 import itertools
 
 import pytest
 
-import presets
+from runner import methods
 
 MAIN = ("qc", "qc-fql", "bfn", "bfn-n", "fql", "fql-n")
 ONLINE = ("rlpd", "rlpd-ac", "qc-rlpd")
@@ -64,7 +65,7 @@ CASES = [(m, d) for m, d in itertools.product(MAIN + ONLINE, PAPER)]
 
 
 def test_method_names():
-    assert presets.METHODS == {"main": MAIN, "main_online": ONLINE}
+    assert methods.method_names("main") == list(MAIN) and methods.method_names("main_online") == list(ONLINE)
 
 
 @pytest.mark.parametrize("method,domain", CASES)
@@ -72,18 +73,18 @@ def test_every_method_on_every_domain_is_the_paper_table(method, domain):
     env_name, want = PAPER[domain][0], expected(method, domain)
     if None in want.values():  # robomimic BFN(-n): the tables give no N, so the user must
         with pytest.raises(ValueError, match=r"--method=%s on %s: .*no --agent.actor_num_samples" % (method, domain)):
-            presets.resolve(driver_of(method), method, env_name, {})
+            methods.resolve(driver_of(method), method, env_name, {})
         with pytest.raises(ValueError, match="pass --agent.actor_num_samples=VALUE"):
-            presets.preset(driver_of(method), method, env_name)
-        values, sources = presets.resolve(driver_of(method), method, env_name, {"agent.actor_num_samples": 8})
+            methods.preset(driver_of(method), method, env_name)
+        values, sources = methods.resolve(driver_of(method), method, env_name, {"agent.actor_num_samples": 8})
         assert "agent.actor_num_samples" not in values
         assert sources["agent.actor_num_samples"] == "command line"
         assert values == {k: v for k, v in want.items() if v is not None}
         return
-    values, sources = presets.resolve(driver_of(method), method, env_name, {})
+    values, sources = methods.resolve(driver_of(method), method, env_name, {})
     assert values == want
     assert sources == {key: "preset" for key in want}
-    assert presets.preset(driver_of(method), method, env_name) == want
+    assert methods.preset(driver_of(method), method, env_name) == want
     # Types as the flags and agent configs have them (ml_collections checks the types of overrides).
     assert type(values["horizon_length"]) is int and type(values["sparse"]) is bool
     for key, kind in (("agent.alpha", float), ("agent.bc_alpha", float), ("agent.actor_num_samples", int)):
@@ -95,7 +96,7 @@ def test_every_method_on_every_domain_is_the_paper_table(method, domain):
 @pytest.mark.parametrize("env_name", ["scene-play-singletask-v0", "puzzle-3x3-play-singletask-task3-v0"])
 def test_scene_and_puzzle_get_sparse_rewards_without_being_told(method, env_name):
     """The public report: puzzle-3x3 run without --sparse fell far below the paper."""
-    values, sources = presets.resolve(driver_of(method), method, env_name, {"seed": 3, "online_steps": 10})
+    values, sources = methods.resolve(driver_of(method), method, env_name, {"seed": 3, "online_steps": 10})
     assert values["sparse"] is True and sources["sparse"] == "preset"
 
 
@@ -103,24 +104,24 @@ def test_scene_and_puzzle_get_sparse_rewards_without_being_told(method, env_name
 def test_cube_and_robomimic_are_dense(method):
     n = {"agent.actor_num_samples": 4}  # robomimic BFN(-n) needs it
     for env_name in ("cube-double-play-singletask-task2-v0", "cube-quadruple-play-singletask-v0", "can-mh-low_dim"):
-        values, _ = presets.resolve(driver_of(method), method, env_name, n if method in ("bfn", "bfn-n") else {})
+        values, _ = methods.resolve(driver_of(method), method, env_name, n if method in ("bfn", "bfn-n") else {})
         assert values["sparse"] is False
 
 
 def test_describe_prints_the_flags():
-    assert presets.describe("main", "qc", "cube-double-play-singletask-task2-v0") == (
+    assert methods.describe("main", "qc", "cube-double-play-singletask-task2-v0") == (
         "qc on cube-double: --horizon_length=5 --agent.actor_type=best-of-n --agent.action_chunking=True "
         "--agent.actor_num_samples=32 --sparse=False"
     )
-    assert presets.describe("main", "fql", "puzzle-3x3-play-singletask-task4-v0") == (
+    assert methods.describe("main", "fql", "puzzle-3x3-play-singletask-task4-v0") == (
         "fql on puzzle-3x3: --horizon_length=1 --agent.actor_type=distill-ddpg --agent.action_chunking=True "
         "--agent.alpha=100 --sparse=True"
     )
-    assert presets.describe("main_online", "qc-rlpd", "scene-play-singletask-task2-v0") == (
+    assert methods.describe("main_online", "qc-rlpd", "scene-play-singletask-task2-v0") == (
         "qc-rlpd on scene: --horizon_length=5 --agent.action_chunking=True --agent.bc_alpha=0.01 --sparse=True"
     )
-    assert presets.describe("main", "qc-fql", "lift-mh-low_dim").endswith("--agent.alpha=10000 --sparse=False")
-    single = presets.describe("main", "qc-fql", "cube-single-play-singletask-task1-v0")
+    assert methods.describe("main", "qc-fql", "lift-mh-low_dim").endswith("--agent.alpha=10000 --sparse=False")
+    single = methods.describe("main", "qc-fql", "cube-single-play-singletask-task1-v0")
     assert single.startswith("qc-fql on cube-single: ") and "not in the paper" in single
 
 
@@ -143,7 +144,7 @@ def test_describe_prints_the_flags():
     ],
 )
 def test_domain_of(env_name, domain):
-    assert presets.domain_of(env_name) == domain
+    assert methods.domain_of(env_name) == domain
 
 
 @pytest.mark.parametrize(
@@ -161,17 +162,17 @@ def test_domain_of(env_name, domain):
 )
 def test_unknown_domain_is_an_error(env_name):
     with pytest.raises(ValueError, match="no paper settings for --env_name="):
-        presets.domain_of(env_name)
+        methods.domain_of(env_name)
     with pytest.raises(ValueError, match="--method=qc: no paper settings"):
-        presets.resolve("main", "qc", env_name, {})
+        methods.resolve("main", "qc", env_name, {})
 
 
 def test_notes_where_the_values_are_not_the_papers_own():
-    assert presets.note("cube-double-play-singletask-task2-v0") is None
-    assert presets.note("lift-mh-low_dim") is None
-    assert "cube-double's values" in presets.note("cube-single-play-singletask-task1-v0")
-    assert "not noisy" in presets.note("cube-double-noisy-singletask-task2-v0")
-    assert "not ph" in presets.note("lift-ph-low_dim")
+    assert methods.note("cube-double-play-singletask-task2-v0") is None
+    assert methods.note("lift-mh-low_dim") is None
+    assert "cube-double's values" in methods.note("cube-single-play-singletask-task1-v0")
+    assert "not noisy" in methods.note("cube-double-noisy-singletask-task2-v0")
+    assert "not ph" in methods.note("lift-ph-low_dim")
 
 
 # ---------------------------------------------------------------- methods and drivers
@@ -189,7 +190,7 @@ def test_notes_where_the_values_are_not_the_papers_own():
     ],
 )
 def test_unknown_or_other_drivers_method_is_an_error(driver, method, accepted, hint):
-    for call in (presets.preset, presets.describe, lambda *a: presets.resolve(*a, {})):
+    for call in (methods.preset, methods.describe, lambda *a: methods.resolve(*a, {})):
         with pytest.raises(ValueError) as e:
             call(driver, method, "cube-double-play-singletask-task2-v0")
         message = str(e.value)
@@ -218,8 +219,8 @@ def test_unknown_or_other_drivers_method_is_an_error(driver, method, accepted, h
     ],
 )
 def test_explicit_value_wins_and_is_recorded(method, env_name, explicit):
-    values, sources = presets.resolve(driver_of(method), method, env_name, {**explicit, "seed": 1})
-    want = expected(method, presets.domain_of(env_name))
+    values, sources = methods.resolve(driver_of(method), method, env_name, {**explicit, "seed": 1})
+    want = expected(method, methods.domain_of(env_name))
     assert set(sources) == set(want)
     for key in want:
         if key in explicit:
@@ -231,15 +232,15 @@ def test_explicit_value_wins_and_is_recorded(method, env_name, explicit):
 
 def test_command_line_strings_are_read_as_values():
     strings = {"horizon_length": "5", "agent.action_chunking": "False"}
-    values, sources = presets.resolve("main", "fql-n", "cube-double-play-singletask-task2-v0", strings)
+    values, sources = methods.resolve("main", "fql-n", "cube-double-play-singletask-task2-v0", strings)
     assert sources["horizon_length"] == sources["agent.action_chunking"] == "command line"
     assert values == {"agent.actor_type": "distill-ddpg", "agent.alpha": 100, "sparse": False}
     with pytest.raises(ValueError, match="--agent.action_chunking=true contradicts --method=fql-n"):
-        presets.resolve("main", "fql-n", "cube-double-play-singletask-task2-v0", {"agent.action_chunking": "true"})
+        methods.resolve("main", "fql-n", "cube-double-play-singletask-task2-v0", {"agent.action_chunking": "true"})
     with pytest.raises(ValueError, match="--horizon_length=1 contradicts --method=rlpd-ac"):
-        presets.resolve("main_online", "rlpd-ac", "scene-play-singletask-task2-v0", {"horizon_length": "1"})
+        methods.resolve("main_online", "rlpd-ac", "scene-play-singletask-task2-v0", {"horizon_length": "1"})
     with pytest.raises(ValueError, match="--agent.action_chunking=maybe is not a boolean"):
-        presets.resolve("main", "qc", "scene-play-singletask-task2-v0", {"agent.action_chunking": "maybe"})
+        methods.resolve("main", "qc", "scene-play-singletask-task2-v0", {"agent.action_chunking": "maybe"})
 
 
 # ---------------------------------------------------------------- contradictions
@@ -323,7 +324,7 @@ def test_command_line_strings_are_read_as_values():
 )
 def test_contradiction_names_both_and_the_method_it_is(method, explicit, named, becomes):
     with pytest.raises(ValueError) as e:
-        presets.resolve(driver_of(method), method, "cube-double-play-singletask-task2-v0", explicit)
+        methods.resolve(driver_of(method), method, "cube-double-play-singletask-task2-v0", explicit)
     message = str(e.value)
     assert message.startswith(named), message
     assert becomes in message, message
@@ -333,4 +334,4 @@ def test_contradiction_names_both_and_the_method_it_is(method, explicit, named, 
 
 def test_contradiction_is_found_before_the_domain_is_needed():
     with pytest.raises(ValueError, match="contradicts --method=qc"):
-        presets.resolve("main", "qc", "puzzle-4x4-play-singletask-task1-v0", {"horizon_length": 1})
+        methods.resolve("main", "qc", "puzzle-4x4-play-singletask-task1-v0", {"horizon_length": 1})

@@ -1,0 +1,219 @@
+"""The command line: one `error:` line and exit status 2 for every bad input found before training.
+
+`parse_flags` is the drivers' absl `flags_parser` (a bad flag, an unknown `--agent.KEY`, a stray word);
+`InputError` is any other bad input found before training (flags, agent config, data files, rendering),
+printed by `run_cli`. Anything raised once training has started keeps its traceback.
+"""
+
+import contextlib
+import difflib
+import importlib.util
+import os
+import re
+import sys
+from typing import List, Optional
+
+from absl import flags
+
+import agents
+from utils.flax_utils import CheckpointError
+
+FLAGS = flags.FLAGS
+
+
+class InputError(Exception):
+    """A bad input found before training: a flag, the agent config, a data file, rendering.
+
+    `run_cli` prints it as one `error: <message>` line and exits with status 2.
+    """
+
+
+@contextlib.contextmanager
+def input_errors():
+    """Turn the input errors raised inside the block into `InputError`.
+
+    `ValueError` (bad value, config or data file), `FileNotFoundError` (missing dataset),
+    `ImportError` (missing optional extra) and `CheckpointError` become one-line errors.
+    Use it only around setup: errors raised during training must keep their traceback.
+    """
+    try:
+        yield
+    except InputError:
+        raise
+    except (ValueError, FileNotFoundError, ImportError, CheckpointError) as e:
+        raise InputError(str(e)) from e
+
+
+def exit_with_error(message: str):
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _load_get_config(path: str):
+    spec = importlib.util.spec_from_file_location(f"_qc_agent_config_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config()
+
+
+def _agent_file(argv: List[str], driver: str) -> str:
+    for arg in argv[1:]:
+        m = re.match(r"^--?agent=(.*)$", arg)
+        if m:
+            return m.group(1)
+    return agents.CONFIG_FILES[agents.default_agent(driver).name]
+
+
+def _expanded_argv(argv: List[str]) -> List[str]:
+    """`argv` with `--flagfile=FILE` contents spliced in (as absl reads them); `argv` when that fails."""
+    try:
+        return flags.FLAGS.read_flags_from_files(list(argv), force_gnu=False)
+    except Exception:  # noqa: BLE001 - an unreadable flagfile is reported by the caller's own error
+        return list(argv)
+
+
+def config_flag_message(error: Exception, argv: List[str], driver: str) -> str:
+    """One line for a failure while ml_collections builds `--agent` (its file and `--agent.*` overrides)."""
+    argv = _expanded_argv(argv)
+    if isinstance(error, flags.Error):  # a value of the wrong type
+        return str(error)
+    path = _agent_file(argv, driver)
+    try:
+        _load_get_config(path)
+    except Exception as e:  # noqa: BLE001 - the config file itself is broken
+        return f"--agent={path}: cannot load the agent config file ({type(e).__name__}: {e})."
+    unknown = _unknown_agent_key_message(argv, driver)
+    if unknown is not None and isinstance(error, (AttributeError, KeyError)):
+        return unknown
+    overrides = [a for a in argv[1:] if re.match(r"^--?(?:no)?agent\.", a)]
+    return (
+        f"bad --agent override among {overrides} ({type(error).__name__}: {error}); the form is "
+        "--agent.KEY=VALUE with KEY one of the agent's config keys (e.g. --agent.actor_hidden_dims=(256,256))."
+    )
+
+
+def _unknown_agent_key_message(argv: List[str], driver: str) -> Optional[str]:
+    """The message for the first `--agent.KEY` that the driver's agent config does not have.
+
+    `argv` is already expanded (`_expanded_argv`).
+    """
+    try:
+        own = _load_get_config(_agent_file(argv, driver))
+    except Exception:  # noqa: BLE001 - the config file itself is broken: let absl's message stand
+        return None
+    own_name = own.get("agent_name", "this")
+    for arg in argv[1:]:
+        m = re.match(r"^--?(?:no)?agent\.([A-Za-z0-9_]+)", arg)
+        if m is None or m.group(1) in own:
+            continue
+        key = m.group(1)
+        message = f"--agent.{key}: the {own_name} agent has no config key {key!r}"
+        for spec in agents.REGISTRY.values():
+            if spec.name != own_name and key in spec.get_config():
+                runs = " and ".join(f"{d}.py" for d in spec.drivers)
+                message += f" (it is a key of the {spec.name} agent, which {runs} runs)"
+        close = difflib.get_close_matches(key, list(own.keys()), n=1)
+        if close:
+            message += f"; did you mean --agent.{close[0]}?"
+        else:
+            message += f"; its keys are {sorted(own.keys())}."
+        return message
+    return None
+
+
+def _leftover_message(argv: List[str], leftovers: List[str], flag_values) -> str:
+    """Name the stray words; after a boolean flag, show its accepted forms."""
+
+    def boolean_name(token):
+        """The flag name when `token` is a boolean flag written without '=' (`--x`, `--nox`), else None."""
+        if not token.startswith("-") or "=" in token:
+            return None
+        name = token.lstrip("-")
+        for candidate in (name, name[2:] if name.startswith("no") else None):
+            if candidate and candidate in flag_values and flag_values[candidate].boolean:
+                return candidate
+        return None
+
+    def consumes_next(token):
+        """True for a non-boolean flag written without '=': absl takes the next word as its value."""
+        name = token.lstrip("-")
+        return token.startswith("-") and "=" not in token and name in flag_values and not flag_values[name].boolean
+
+    hints, taken = [], set()
+    for word in leftovers:
+        candidates = [i for i in range(1, len(argv)) if argv[i] == word and i not in taken]
+        after_boolean = [i for i in candidates if i > 1 and boolean_name(argv[i - 1])]
+        free = [i for i in candidates if not (i > 1 and consumes_next(argv[i - 1]))]
+        index = (after_boolean or free or candidates or [None])[0]
+        if index is None:  # the word came from a --flagfile
+            continue
+        taken.add(index)
+        previous = argv[index - 1] if index > 1 else ""
+        base = boolean_name(previous)
+        if base is not None:
+            value = word.lower() if word.lower() in ("true", "false", "1", "0") else "false"
+            hints.append(
+                f"{previous} {word}: a boolean takes its value after '=': --{base}={value} (or --{base} / --no{base})"
+            )
+    words = " ".join(repr(w) for w in leftovers)
+    message = f"unexpected word(s) on the command line: {words}"
+    if hints:
+        return message + ". " + "; ".join(hints) + "."
+    return message + ". Every flag takes its value after '=' (--name=value; booleans also --name / --noname)."
+
+
+def parse_flags(argv: List[str], driver: str, flag_values=FLAGS) -> List[str]:
+    """Parse `argv` into `flag_values` or end with one `error:` line and exit status 2.
+
+    Drivers pass `functools.partial(parse_flags, driver=...)` to `app.run` as `flags_parser`.
+
+    Ends the run for: an unknown flag or a value of the wrong type (absl's message); an unknown
+    `--agent.KEY` (naming the key, the agent that has it and the closest valid key); any word
+    left over after parsing, e.g. `--sparse False` (absl reads `--sparse` as true and leaves
+    `False` over), with the accepted forms `--sparse=false` / `--nosparse`.
+    """
+    try:
+        rest = flag_values(argv)
+    except Exception as e:  # noqa: BLE001 - absl's flags.Error, ml_collections' errors, unreadable flagfiles
+        if os.environ.get("QC_DEBUG"):
+            raise
+        exit_with_error(config_flag_message(e, argv, driver))
+    try:  # ml_collections defers a config file that failed to load to its first use: use it now
+        flag_values.agent.to_dict()
+    except Exception as e:  # noqa: BLE001
+        if os.environ.get("QC_DEBUG"):
+            raise
+        exit_with_error(config_flag_message(e, argv, driver))
+    expanded = _expanded_argv(argv)
+    if len(rest) > 1:
+        exit_with_error(_leftover_message(expanded, rest[1:], flag_values))
+    # ml_collections joins repeated tuple overrides ((16,16) then 512 -> (16,16,512)) and keeps the last
+    # of repeated scalars: both silently differ from what the user meant.
+    keys = [m.group(1) for a in expanded[1:] if (m := re.match(r"^--?(?:no)?agent\.([^=]+)", a))]
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    if repeated:
+        exit_with_error(f"--agent.{repeated[0]} is given {keys.count(repeated[0])} times; give each --agent key once.")
+    return rest
+
+
+def run_cli(main_fn):
+    """Wrap a driver's `main`: an `InputError` prints `error: <message>` and exits with 2.
+
+    Only input errors found before training get this form; every other exception keeps its
+    traceback. `QC_DEBUG=1` re-raises input errors too (with the traceback).
+    """
+
+    def wrapped(argv):
+        from runner.resume import RunFinished
+
+        try:
+            return main_fn(argv)
+        except RunFinished as e:
+            print(f"{e} has finished (DONE.json); nothing to resume.", file=sys.stderr)
+            return 0
+        except InputError as e:
+            if os.environ.get("QC_DEBUG"):
+                raise
+            exit_with_error(str(e))
+
+    return wrapped

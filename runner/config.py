@@ -1,0 +1,206 @@
+"""`RunConfig`: the run's settings, built and checked once from the parsed flags."""
+
+import json
+import os
+from typing import Dict, Optional
+
+from absl import logging
+
+import agents
+from runner import methods
+from runner.cli import input_errors
+from utils import seeding
+
+# Flags a driver does not define, with the value the other driver's code reads.
+ABSENT_FLAGS = {
+    "offline_steps": 0,
+    "offline_ratio": None,
+    "updates_per_dispatch": 1,
+    "offline_sampler": "auto",
+}
+
+
+class RunConfig:
+    """Every flag value of the run (`cfg.<flag>`), the agent config and where `--method` got its values.
+
+    `agent` is the agent config as a plain dict with `horizon_length` set; it owns `horizon_length`
+    and `discount` from then on (the drivers read them only from there). Immutable: `replace` makes
+    a changed copy.
+    """
+
+    def __init__(self, driver: str, values: Dict, agent: Dict, setting_sources: Optional[Dict] = None):
+        object.__setattr__(self, "driver", driver)
+        object.__setattr__(self, "values", {**ABSENT_FLAGS, **values})
+        object.__setattr__(self, "agent", agent)
+        object.__setattr__(self, "setting_sources", dict(setting_sources or {}))
+
+    def __getattr__(self, name):
+        try:
+            return self.__dict__["values"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name, value):
+        raise AttributeError("RunConfig is immutable; use replace()")
+
+    def replace(self, **changes) -> "RunConfig":
+        return RunConfig(self.driver, {**self.values, **changes}, self.agent, self.setting_sources)
+
+    @property
+    def horizon_length(self) -> int:
+        return self.agent["horizon_length"]
+
+    @property
+    def flag_values(self) -> Dict:
+        """Every setting but the agent config, plus `horizon_length` (for `flags.json`)."""
+        return {**self.values, "horizon_length": self.horizon_length}
+
+    @classmethod
+    def from_flags(cls, flag_values, driver: str) -> "RunConfig":
+        """Build from parsed absl flags; raises `InputError` for every bad value."""
+        with input_errors():
+            values = {
+                f.name: f.value
+                for f in flag_values.get_flags_for_module("runner.flags")
+                if not f.name.startswith("agent")
+            }
+            values["agent_file"] = os.path.abspath(flag_values["agent"].config_filename)
+            if agents.REGISTRY.get(flag_values.agent.get("agent_name")) is None:
+                agents.load_file(values["agent_file"])  # an agent outside agents/ registers itself
+            config = flag_values.agent.copy_and_resolve_references().to_dict()
+            # --agent.horizon_length alone counts as --horizon_length; both must agree.
+            agent_h, flag_h = config.get("horizon_length"), flag_values.horizon_length
+            if agent_h is not None and flag_values["horizon_length"].present and agent_h != flag_h:
+                raise ValueError(
+                    f"--agent.horizon_length={agent_h} disagrees with --horizon_length={flag_h}; set only "
+                    "--horizon_length."
+                )
+            if agent_h is None and "horizon_length" in config:
+                config["horizon_length"] = flag_h
+            sources = {}
+            if values.get("method") is not None:
+                sources = _apply_method(driver, flag_values, values, config)
+            from envs.env_utils import warn_if_dense_on_sparse_domain
+
+            warn_if_dense_on_sparse_domain(values["env_name"], values["sparse"])
+            run_config = cls(driver, values, config, sources)
+            run_config.validate()
+        return run_config
+
+    def validate(self):
+        """Raise `ValueError` naming the flag for every out-of-range value or impossible run."""
+        seeding.check_seed(self.seed)
+        if self.num_seeds < 1:
+            raise ValueError(f"--num_seeds={self.num_seeds} must be >= 1.")
+        if self.seed + self.num_seeds > seeding.SEED_LIMIT:
+            raise ValueError(
+                f"--seed={self.seed} --num_seeds={self.num_seeds}: the last seed, {self.seed + self.num_seeds - 1}, "
+                "is outside [0, 2**32)."
+            )
+        if self.updates_per_dispatch < 1:
+            raise ValueError(f"--updates_per_dispatch={self.updates_per_dispatch} must be >= 1.")
+        if self.offline_sampler == "device" and self.updates_per_dispatch == 1 and self.offline_steps > 0:
+            raise ValueError(
+                "--offline_sampler=device needs --updates_per_dispatch > 1 (with 1 the offline phase is the "
+                "reference's host loop); pass e.g. --updates_per_dispatch=100, or drop --offline_sampler."
+            )
+        checks = [
+            ("offline_steps", self.offline_steps >= 0, "must be >= 0"),
+            ("online_steps", self.online_steps >= 0, "must be >= 0"),
+            ("buffer_size", self.buffer_size >= 1, "must be >= 1"),
+            ("log_interval", self.log_interval >= 1, "must be >= 1"),
+            ("eval_interval", self.eval_interval >= 0, "must be >= 0"),
+            ("eval_episodes", self.eval_episodes >= 0, "must be >= 0"),
+            ("eval_envs", self.eval_envs >= 1, "must be >= 1"),
+            ("video_episodes", self.video_episodes >= 0, "must be >= 0"),
+            ("video_frame_skip", self.video_frame_skip >= 1, "must be >= 1"),
+            ("start_training", self.start_training >= 0, "must be >= 0"),
+            ("utd_ratio", self.utd_ratio >= 1, "must be >= 1"),
+            ("horizon_length", isinstance(self.horizon_length, int) and self.horizon_length >= 1, "must be >= 1"),
+            ("dataset_proportion", 0.0 < self.dataset_proportion <= 1.0, "must be in (0, 1]"),
+            ("dataset_replace_interval", self.dataset_replace_interval >= 0, "must be >= 0"),
+        ]
+        if self.offline_ratio is not None:
+            checks.append(("offline_ratio", 0.0 <= self.offline_ratio <= 1.0, "must be in [0, 1]"))
+        for name, ok, why in checks:
+            if not ok:
+                value = self.horizon_length if name == "horizon_length" else getattr(self, name)
+                raise ValueError(f"--{name}={value} {why}.")
+        spec = agents.get(self.agent.get("agent_name"))
+        spec.check_config(self.agent)
+        if self.driver not in spec.drivers:
+            runs = " or ".join(f"{d}.py" for d in spec.drivers)
+            raise ValueError(f"--agent.agent_name={spec.name!r} runs with {runs}, not {self.driver}.py.")
+        # A run that can never take a gradient step is a mistake, not a result. Online updates start at
+        # step max(start_training, 1), and main_online.py's also wait until the replay buffer holds one
+        # window (h rows, one per step) unless every row comes from the offline data.
+        first_update = max(self.start_training, 1)
+        waits_for_window = self.driver == "main_online" and self.offline_ratio < 1.0
+        if waits_for_window:
+            first_update = max(first_update, self.horizon_length)
+        if self.offline_steps == 0 and self.online_steps < first_update:
+            offline = f"--offline_steps={self.offline_steps}, " if self.driver == "main" else ""
+            window = f", the first full window of --horizon_length={self.horizon_length}" if waits_for_window else ""
+            raise ValueError(
+                f"this run takes no gradient step: {offline}--online_steps={self.online_steps}, but the first "
+                f"online update is at step {first_update} (the largest of --start_training={self.start_training}, "
+                f"1{window})."
+            )
+        if self.resume and not self.run_name:
+            raise ValueError("--resume needs --run_name (the run to continue).")
+        if self.state_interval < 0:
+            raise ValueError(f"--state_interval={self.state_interval} must be >= 0.")
+        if self.keep_states < 1:
+            raise ValueError(f"--keep_states={self.keep_states} must be >= 1.")
+        if self.sweep_info is not None:
+            try:
+                info = json.loads(self.sweep_info)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"--sweep_info is not JSON: {e}") from None
+            if not isinstance(info, dict):
+                raise ValueError("--sweep_info must be a JSON object.")
+        if self.run_name is not None and (
+            not self.run_name.strip() or "/" in self.run_name or os.sep in self.run_name or self.run_name in (".", "..")
+        ):
+            raise ValueError(f"--run_name={self.run_name!r} must be a plain directory name (no '/').")
+        if os.path.exists(self.save_dir) and not os.path.isdir(self.save_dir):
+            raise ValueError(f"--save_dir={self.save_dir} is a file, not a directory.")
+        if self.driver == "main_online" and self.buffer_size < self.horizon_length and self.offline_ratio < 1.0:
+            raise ValueError(
+                f"--buffer_size={self.buffer_size} can never hold one window of --horizon_length="
+                f"{self.horizon_length} rows, so no online batch can be drawn."
+            )
+
+
+def _apply_method(driver: str, flag_values, values: Dict, config: Dict) -> Dict:
+    """Fill `values` and `config` from `--method`'s preset; return each setting's source.
+
+    Explicitly passed flags (`present`) and `--agent.KEY` overrides win (`methods.resolve` raises for
+    one that changes the method).
+    """
+    method = values["method"]
+    spec = methods.check_method(driver, method)
+    if config.get("agent_name") != spec.name:
+        raise ValueError(
+            f"--method={method} runs the {spec.name} agent, but the agent config is "
+            f"{config.get('agent_name')!r} (--agent={flag_values['agent'].config_filename}); drop --agent or --method."
+        )
+    explicit = {name: getattr(flag_values, name) for name in ("horizon_length", "sparse") if flag_values[name].present}
+    for key, value in flag_values["agent"].override_values.items():
+        explicit[f"agent.{key}"] = value
+    if "agent.horizon_length" in explicit:  # counts as --horizon_length (from_flags checked they agree)
+        explicit["horizon_length"] = explicit.pop("agent.horizon_length")
+    resolved, sources = methods.resolve(driver, method, values["env_name"], explicit)
+    for name, value in resolved.items():
+        if name.startswith("agent."):
+            config[name[len("agent.") :]] = value
+        elif name == "horizon_length":
+            config["horizon_length"] = value
+        else:
+            values[name] = value
+    logging.info(
+        "--method=%s: %s",
+        method,
+        ", ".join(f"{k}={v} ({sources[k]})" for k, v in {**explicit, **resolved}.items() if k in sources),
+    )
+    return sources

@@ -1,0 +1,198 @@
+"""main.py's offline batches, `--updates_per_dispatch=k` gradient steps per host call.
+
+`offline_sampler(group)` gives the loop its `sample(first_step, n)` and the matching
+`update_fn()`; `dispatch_size` says how many steps the next call takes:
+
+* `k = 1` (the reference loop): `sample` draws `B` windows per seed on the host with the dataset's
+  own generator and `update_fn()` is the agent's own `update` (for one seed).
+* `k > 1`, `device` sampler (the dataset fits in device memory): the windows are drawn inside the
+  jitted update from a device-resident copy of the dataset (`utils.device_sampler`), offline step `t`
+  of a seed with the key `fold_in(jax_key(seed, "device_sampler"), t)`; other random numbers than the
+  host's, the same distribution, and the same batches for every `k`.
+* `k > 1`, `host` sampler: a background thread draws exactly the batches of `k = 1`
+  (`utils.device_sampler.PrefetchingSampler`) and copies them to the device ahead of time.
+
+A dispatch never runs past a step where something happens (a log row, an evaluation, a checkpoint,
+a run state, the end of the phase) and starts at a dataset shard switch, so the CSVs, checkpoints and
+evaluations are at the steps of `k = 1`; the logged info is the last step's.
+"""
+
+import functools
+from typing import List, NamedTuple, Optional
+
+import jax
+import numpy as np
+from absl import logging
+
+import agents
+from runner.cli import InputError
+from runner.seed_group import per_seed
+from utils import device_sampler, seeding
+
+
+def _next_multiple_distance(step: int, interval: int) -> Optional[int]:
+    """Steps from `step` to the next multiple of `interval` after it (None for `interval <= 0`)."""
+    if interval <= 0:
+        return None
+    return (step // interval + 1) * interval - step
+
+
+def dispatch_size(done: int, cfg) -> int:
+    """Steps in the dispatch that follows offline step `done`: at most `--updates_per_dispatch`.
+
+    It ends at the next step where the loop must stop (log, evaluation, checkpoint, run state, the
+    phase's end) and before the next dataset shard switch (a switch happens before its step, so a
+    dispatch may start with it but never contain it later).
+    """
+    limits = [cfg.updates_per_dispatch, cfg.offline_steps - done]
+    for interval in (cfg.log_interval, cfg.eval_interval, cfg.save_interval, cfg.state_interval):
+        distance = _next_multiple_distance(done, interval)
+        if distance is not None:
+            limits.append(distance)
+    switch = _next_multiple_distance(done + 1, cfg.dataset_replace_interval)
+    if switch is not None:
+        limits.append(switch)  # steps done+1 .. done+switch: the switch step itself is the next dispatch's first
+    return max(1, min(limits))
+
+
+def sampler_kind(group) -> str:
+    """`host` for `--updates_per_dispatch=1`; else `--offline_sampler`, with `auto` resolved: `device`
+    when the offline dataset fits in device memory (`utils.device_sampler.fits_on_device`), else `host`."""
+    cfg = group.cfg
+    if cfg.updates_per_dispatch == 1 or cfg.offline_sampler == "host":
+        return "host"
+    if cfg.offline_sampler == "device":
+        return "device"
+    h = group.agent_config["horizon_length"]
+    return "device" if device_sampler.fits_on_device(group.runs[0].train_dataset, h) else "host"
+
+
+def check_resume_sampler(group, kind: str):
+    """`InputError` when resuming an offline phase with a sampler that draws other batches than before
+    (`host`, the one-step loop and the prefetching thread alike, against `device`)."""
+    meta = group.runs[0].resume_meta
+    if meta is None or meta["phase"] != "offline":
+        return
+    before = meta.get("offline_sampler", "host")
+    if before != kind:
+        raise InputError(
+            f"--resume: this run's offline phase sampled windows with the {before} sampler and would now use the "
+            f"{kind} sampler, which draws other batches; resume with the --offline_sampler (and "
+            "--updates_per_dispatch) it was started with."
+        )
+
+
+class DeviceBatches(NamedTuple):
+    """What a device-sampled dispatch needs: the windows are drawn inside the update."""
+
+    sampler: device_sampler.DeviceWindowSampler
+    keys: jax.Array  # the seeds' device_sampler keys: (2,) or (S, 2)
+    first_step: np.int32
+    num_steps: int
+
+
+@functools.lru_cache(maxsize=None)
+def _device_fn(num_seeds: int, num_steps: int, mode: str):
+    fn = functools.partial(device_sampler.offline_updates, num_steps=num_steps)
+    if num_seeds == 1:
+        return jax.jit(fn)
+    return jax.jit(per_seed(fn, mode, in_axes=(0, None, 0, None)))
+
+
+@functools.lru_cache(maxsize=None)
+def _scan_fn(num_seeds: int, mode: str):
+    if num_seeds == 1:
+        return device_sampler.scan_updates
+    return jax.jit(per_seed(device_sampler.scan_updates, mode))
+
+
+class OfflineSampler:
+    """The offline batches of a `runner.seed_group.SeedGroup` and the update that consumes them."""
+
+    def __init__(self, group, kind: str):
+        self.group, self.kind = group, kind
+        self.k = group.cfg.updates_per_dispatch
+        self._prefetchers: List = []
+        self._device = None
+        for run in group.runs:
+            run.sampler_in_use = kind
+        if kind == "device":
+            if group.num_seeds == 1:
+                self._keys = seeding.jax_key(group.runs[0].cfg.seed, "device_sampler")
+            else:
+                self._keys = jax.numpy.stack([seeding.jax_key(run.cfg.seed, "device_sampler") for run in group.runs])
+
+    def sample(self, first_step: int, n: int):
+        """The windows of offline steps `first_step .. first_step + n - 1` of every seed, after moving to
+        the next dataset shard when one is due: `(B, ...)` (k = 1), `(n, B, ...)` (host, k > 1), a
+        `DeviceBatches` (device); a leading seed axis `S` for several seeds."""
+        group = self.group
+        if group.shard_due(first_step):
+            self._close_prefetchers()  # the dataset generator goes back to where the consumer stopped
+            group.next_shard()
+            self._device = None
+        if self.kind == "device":
+            if self._device is None:
+                with group.timer("sampling"):
+                    cfg = group.agent_config
+                    self._device = device_sampler.DeviceWindowSampler.create(
+                        group.runs[0].train_dataset, cfg["horizon_length"], cfg["discount"]
+                    )
+            return DeviceBatches(self._device, self._keys, np.int32(first_step), n)
+        if self.k == 1:
+            return group.sample_offline()
+        if not self._prefetchers:
+            self._open_prefetchers()
+        with group.timer("sampling"):
+            per_seed_batches = []
+            for prefetcher in self._prefetchers:
+                items = [next(prefetcher) for _ in range(n)]  # each (1, B, ...)
+                per_seed_batches.append({k: jax.numpy.concatenate([item[k] for item in items]) for k in items[0]})
+            if len(per_seed_batches) == 1:
+                return per_seed_batches[0]
+            return {k: jax.numpy.stack([b[k] for b in per_seed_batches]) for k in per_seed_batches[0]}
+
+    def update_fn(self):
+        """`(agent, batch) -> (agent, info)` for `sample`'s batches; the agent's own `update` for k = 1, one seed."""
+        group = self.group
+        if self.kind == "device":
+            return lambda agent, b: _device_fn(group.num_seeds, b.num_steps, group.seed_batching)(
+                agent, b.sampler, b.keys, b.first_step
+            )
+        if self.k == 1:
+            return group.update_fn()
+        return _scan_fn(group.num_seeds, group.seed_batching)
+
+    def _open_prefetchers(self):
+        cfg = self.group.agent_config
+        batch_keys = agents.get(cfg["agent_name"]).batch_keys  # only what the update reads is copied
+        self._prefetchers = [
+            device_sampler.PrefetchingSampler(
+                run.train_dataset, cfg["batch_size"], cfg["horizon_length"], cfg["discount"], 1, keys=batch_keys
+            )
+            for run in self.group.runs
+        ]
+        for run, prefetcher in zip(self.group.runs, self._prefetchers, strict=True):
+            run.sampler_state_fn = prefetcher.generator_state
+
+    def _close_prefetchers(self):
+        for run, prefetcher in zip(self.group.runs, self._prefetchers, strict=False):  # none when never opened
+            prefetcher.close()
+            run.sampler_state_fn = None
+        self._prefetchers = []
+
+    def close(self):
+        self._close_prefetchers()
+
+
+def offline_sampler(group) -> OfflineSampler:
+    """The offline sampler of `group` (`--updates_per_dispatch`, `--offline_sampler`), checked against a
+    resumed run's."""
+    kind = sampler_kind(group)
+    check_resume_sampler(group, kind)
+    if group.cfg.updates_per_dispatch > 1:
+        where = "on the device" if kind == "device" else "on the host by a prefetching thread"
+        logging.info(
+            "Offline phase: up to %d steps per dispatch, windows sampled %s.", group.cfg.updates_per_dispatch, where
+        )
+    return OfflineSampler(group, kind)

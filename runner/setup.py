@@ -1,0 +1,504 @@
+"""Everything a run builds before its loop: one `Run` per seed (`setup_runs`) and the checks of its inputs.
+
+`setup_runs` loads the env and the offline data once, checks them (rows, windows, shapes, memory,
+rendering), creates each seed's agent, resumes from a run state with `--resume` (`runner.resume`)
+and writes each seed's run directory (`flags.json`, CSV/wandb logger). Every bad input raises
+`runner.cli.InputError` before training starts.
+"""
+
+import dataclasses
+import json
+import os
+import re
+import time
+from typing import Dict, List, Optional
+
+import numpy as np
+from absl import logging
+
+import agents
+from evaluation import OnlineCollector, evaluate
+from log_utils import Logger, get_exp_name, make_run_dir, setup_wandb, write_json
+from runner import resume
+from runner.cli import input_errors
+from utils import seeding
+from utils.datasets import Dataset, ReplayBuffer
+from utils.flax_utils import save_agent
+
+
+@dataclasses.dataclass
+class Run:
+    """Everything both drivers build for one seed before their loops (`setup_runs`).
+
+    Attributes:
+        cfg: the run settings.
+        agent: the freshly created agent (`agent.config` is the resolved config).
+        env_data: `envs.env_utils.EnvAndDatasets` (envs, datasets, reward transform, shards).
+        train_dataset: the offline `Dataset` (its generator is the `dataset` stream).
+        run_dir: the run directory; logger: CSV/wandb logger.
+        action_dim: size of one environment action; example: one transition (leading axis 1).
+        resume_meta: the state being continued (`--resume`), else None.
+
+    `start_step` gives the step each phase starts after, `write_state` writes the full run state (on
+    the schedule of `runner.seed_group.SeedGroup.write_state_if_due`), `finish` marks the run done.
+    """
+
+    cfg: object
+    agent: object
+    env_data: object
+    train_dataset: Dataset
+    run_dir: str
+    logger: Logger
+    action_dim: int
+    example: Dict
+    resume_meta: Optional[Dict] = None
+    # How offline windows are drawn ("host" or "device"; runner/sampling.py) and, while a prefetching
+    # thread owns the dataset's generator, a function giving the state of its next batch for run states.
+    sampler_in_use: str = "host"
+    sampler_state_fn: Optional[object] = None
+    eval_vector_env: Optional[object] = None  # --eval_envs > 1: built at the first evaluation
+
+    # ---- run state -------------------------------------------------------------------------------
+
+    def start_step(self, phase: str) -> int:
+        """The last step of `phase` already done: 0 for a fresh run, else taken from the resumed state."""
+        meta = self.resume_meta
+        if meta is None:
+            return 0
+        if phase == "offline":
+            return meta["step_in_phase"] if meta["phase"] == "offline" else self.cfg.offline_steps
+        return meta["step_in_phase"] if meta["phase"] == "online" else 0
+
+    def restore_offline(self, meta: Dict):
+        """Agent, offline sampler (and the shard in use) as the state left them."""
+        self.agent = meta["agent"]
+        shard_index = meta.get("shard_index")
+        if shard_index and self.env_data.next_shard is not None:
+            self.env_data.next_shard.index = shard_index - 1
+            self.train_dataset = Dataset.create(
+                **self.env_data.next_shard(),
+                rng=self.train_dataset.rng,
+                stop_reward_at_mask_zero=self.train_dataset.stop_reward_at_mask_zero,
+            )
+        seeding.set_generator_state(self.train_dataset.rng, meta["dataset_rng"])
+
+    def replay_buffer(self, with_offline_data: bool, dataset: Dataset) -> ReplayBuffer:
+        """The online replay buffer: restored from the resumed state in the online phase, else new."""
+        meta = self.resume_meta
+        if meta is not None and meta["phase"] == "online":
+            buffer = ReplayBuffer(
+                meta["buffer_arrays"],
+                rng=seeding.numpy_rng(self.cfg.seed, "replay_buffer"),
+                stop_reward_at_mask_zero=self.cfg.stop_reward_at_mask_zero,
+                size=meta["buffer"]["size"],
+                pointer=meta["buffer"]["pointer"],
+            )
+            seeding.set_generator_state(buffer.rng, meta["buffer_rng"])
+            return buffer
+        self.train_dataset = dataset
+        return make_replay_buffer(self, with_offline_data)
+
+    def collector(self) -> "OnlineCollector":
+        """The online collector (`collector` stream), restored from the resumed state in the online phase."""
+        collector = OnlineCollector(
+            self.env_data.env, self.action_dim, self.env_data.reward_fn, seeding.jax_key(self.cfg.seed, "collector")
+        )
+        meta = self.resume_meta
+        if meta is not None and meta["phase"] == "online":
+            collector.restore(meta["collector"])
+        return collector
+
+    def write_state(self, agent, step_in_phase: int, phase: str, buffer=None, collector=None) -> str:
+        """Write this run's full state now (`resume.write_state`, no pruning); returns its directory.
+
+        Any step is a safe point: online, the collector saves an episode in progress as its actions
+        (`OnlineCollector.state`).
+        """
+        meta = {
+            "global_step": self.global_step(step_in_phase, phase),
+            "phase": phase,
+            "step_in_phase": step_in_phase,
+            "dataset_rng": self.sampler_state(),
+            "offline_sampler": self.sampler_in_use,
+            "shard_index": None if self.env_data.next_shard is None else self.env_data.next_shard.index,
+            "csv_rows": resume.csv_row_counts(self.run_dir),
+            "wandb_run_id": None if self.logger.wandb_run is None else self.logger.wandb_run.id,
+        }
+        if phase == "online":
+            meta["buffer_rng"] = seeding.generator_state(buffer.rng)
+            meta["collector"] = collector.state()
+        return resume.write_state(self.run_dir, meta, agent, buffer if phase == "online" else None, keep=None)
+
+    def sampler_state(self) -> Dict:
+        """The offline sampler's generator state for a run state (the next batch it will give)."""
+        if self.sampler_state_fn is not None:
+            return self.sampler_state_fn()
+        return seeding.generator_state(self.train_dataset.rng)
+
+    def close_envs(self):
+        """Close the evaluation vector env (its subprocesses in async mode)."""
+        if self.eval_vector_env is not None:
+            self.eval_vector_env.close()
+            self.eval_vector_env = None
+
+    def finish(self):
+        """Mark the run done (`DONE.json`: a sweep skips it) and close the logger."""
+        write_json(
+            os.path.join(self.run_dir, "DONE.json"),
+            {"offline_steps": self.cfg.offline_steps, "online_steps": self.cfg.online_steps},
+        )
+        self.logger.close()
+
+    def phase_steps(self, phase: str) -> int:
+        return self.cfg.offline_steps if phase == "offline" else self.cfg.online_steps
+
+    def global_step(self, step_in_phase: int, phase: str) -> int:
+        """Offline step i logs as i, online step i as `offline_steps + i`."""
+        return step_in_phase + (self.cfg.offline_steps if phase == "online" else 0)
+
+    def evaluate(self, agent, step: int) -> Dict:
+        """Evaluate `agent` at global `step` and log it to this run's `eval` CSV (`evaluate_and_log`).
+
+        With `--eval_envs` > 1 the episodes run on `eval_vector_env` (built at the first evaluation;
+        a seed group shares one: every episode is reset with its own seed, so the env instance
+        does not matter).
+        """
+        if self.cfg.eval_envs > 1 and self.cfg.eval_episodes > 0 and self.eval_vector_env is None:
+            from evaluation import make_eval_vector_env
+
+            self.eval_vector_env = make_eval_vector_env(
+                self.env_data.make_eval_env, min(self.cfg.eval_envs, self.cfg.eval_episodes), self.cfg.eval_env_mode
+            )
+        return evaluate_and_log(
+            agent,
+            self.env_data.eval_env,
+            self.cfg,
+            self.logger,
+            step=step,
+            action_dim=self.action_dim,
+            vector_env=self.eval_vector_env,
+        )
+
+
+def trajectory_lengths(terminals: np.ndarray) -> np.ndarray:
+    """Rows per trajectory from a 0/1 `terminals` column (the last trajectory may be unterminated)."""
+    ends = np.flatnonzero(np.asarray(terminals) > 0)
+    bounds = np.concatenate([[-1], ends, [len(terminals) - 1] if len(terminals) and not terminals[-1] else []])
+    return np.diff(bounds).astype(int)
+
+
+def check_dataset_windows(dataset: Dataset, horizon_length: int, what: str = "the offline dataset") -> bool:
+    """`ValueError` when `dataset` cannot yield one window of `horizon_length` rows.
+
+    Logs a warning (and returns False) when every trajectory is shorter than `horizon_length`:
+    then every window crosses a trajectory end and every critic target has `valid = 0`.
+    """
+    if dataset.size < horizon_length:
+        raise ValueError(
+            f"{what} has {dataset.size} rows, fewer than --horizon_length={horizon_length}: no window can be drawn."
+        )
+    lengths = trajectory_lengths(dataset["terminals"])
+    if len(lengths) and lengths.max() < horizon_length:
+        logging.warning(
+            "Every trajectory of %s is shorter than --horizon_length=%d (longest: %d rows): every critic "
+            "target has valid = 0, so the critic never learns.",
+            what,
+            horizon_length,
+            lengths.max(),
+        )
+        return False
+    return True
+
+
+def check_dataset_fits_env(dataset: Dataset, env, env_name: str, what: str = "the offline dataset"):
+    """`ValueError` when the dataset's observation or action rows do not have the env's shapes."""
+    for field, space in (("observations", env.observation_space), ("actions", env.action_space)):
+        got, want = tuple(dataset[field].shape[1:]), tuple(space.shape)
+        if got != want:
+            raise ValueError(
+                f"{what}: its {field} have shape {got} per row, but {env_name} has {want}; the dataset "
+                "belongs to another env."
+            )
+
+
+def check_replay_buffer_memory(cfg, dataset: Dataset):
+    """`ValueError` when the replay buffer `--buffer_size` asks for would not fit in this machine's memory."""
+    if cfg.online_steps == 0:
+        return
+    rows = max(cfg.buffer_size, dataset.size + 1) if cfg.driver == "main" else cfg.buffer_size
+    row_bytes = sum(int(np.asarray(dataset[k][0]).nbytes) for k in dataset)
+    need = rows * row_bytes * cfg.num_seeds  # one buffer per seed
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not available on this OS: no check
+        return
+    if need > memory:
+        seeds = f" x {cfg.num_seeds} seeds" if cfg.num_seeds > 1 else ""
+        raise ValueError(
+            f"--buffer_size={cfg.buffer_size}: the replay buffer needs about {need / 2**30:.1f} GiB ({rows} rows of "
+            f"{row_bytes} bytes{seeds}), more than this machine's {memory / 2**30:.1f} GiB of memory."
+        )
+
+
+def check_rendering(env_name: str, env) -> None:
+    """`ValueError` unless `env` can render a frame (needed for `--video_episodes`).
+
+    Robomimic envs are built without a renderer; MuJoCo envs need a headless OpenGL backend.
+    """
+    from envs.env_utils import is_robomimic_env
+
+    if is_robomimic_env(env_name):
+        raise ValueError(
+            f"--video_episodes: robomimic envs ({env_name}) are built without a renderer; pass --video_episodes=0."
+        )
+    try:
+        frame = env.render()
+    except Exception as e:  # noqa: BLE001 - mujoco.FatalError, GLFW and PyOpenGL errors alike
+        raise ValueError(
+            f"--video_episodes: rendering failed ({type(e).__name__}: {e}). Set MUJOCO_GL=egl (GPU) or "
+            "MUJOCO_GL=osmesa (CPU, needs libosmesa) before starting, or pass --video_episodes=0."
+        ) from e
+    if frame is None:
+        raise ValueError(
+            "--video_episodes: the environment returned no frame (no render mode); pass --video_episodes=0."
+        )
+
+
+def setup_run(cfg, agent_config: Dict, metadata: Dict, resume_meta: Optional[Dict] = None):
+    """Create `<save_dir>/<run_group>/<exp_name>/`, write `flags.json`, return `(run_dir, logger)`.
+
+    `flags.json`: `flags` (every setting), `agent` (the config the agent was built with:
+    `horizon_length`, `ob_dims`, `action_dim` filled in) and `metadata` entries (ogbench
+    version, reward timing, the task id that runs). With `--resume` the run directory of `--run_name`
+    is used as it is (`resume_meta`: the state being continued, whose CSV rows and wandb id are kept).
+    """
+    parent = os.path.join(cfg.save_dir, cfg.run_group)
+    if cfg.resume:
+        exp_name = cfg.run_name
+        run_dir = os.path.join(parent, exp_name)
+        os.makedirs(run_dir, exist_ok=True)
+    elif cfg.run_name:
+        exp_name = cfg.run_name
+        try:
+            run_dir = make_run_dir(parent, exp_name)
+        except FileExistsError:
+            raise ValueError(
+                f"--run_name={exp_name}: {os.path.join(parent, exp_name)} exists already (another run's files are "
+                "never overwritten); choose another --run_name or --run_group."
+            ) from None
+    else:
+        for _ in range(10):  # a name collision needs the same second and the same 32 random bits
+            exp_name = get_exp_name(cfg.env_name, cfg.seed)
+            try:
+                run_dir = make_run_dir(parent, exp_name)
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise RuntimeError(f"could not create a new run directory in {parent}")
+    # The agent's defaults label a run of an agent the plotting process does not know (agents.describe).
+    defaults = agents.get(agent_config["agent_name"]).get_config().to_dict()
+    record = {"driver": cfg.driver, "flags": cfg.flag_values, "agent": dict(agent_config), "agent_defaults": defaults}
+    record.update(metadata)
+    if cfg.sweep_info is not None:
+        record["sweep"] = json.loads(cfg.sweep_info)
+        if "seed" in record["sweep"]:  # a seed group launched by a sweep: each run records its own seed
+            record["sweep"]["seed"] = cfg.seed
+    if cfg.method is not None:
+        record["method"] = {"name": cfg.method, "sources": cfg.setting_sources}
+    write_json(os.path.join(run_dir, "flags.json"), record)
+    run_id = (resume_meta or {}).get("wandb_run_id")
+    if run_id and cfg.wandb_mode == "offline":
+        logging.warning("wandb offline mode cannot continue run %s; this part of the run gets a new wandb run.", run_id)
+        run_id = None
+    wandb_run = setup_wandb(cfg.wandb_project, cfg.run_group, exp_name, record, cfg.wandb_mode, run_dir, run_id=run_id)
+    logging.info("Run directory: %s", run_dir)
+    return run_dir, Logger(run_dir, wandb_run, resume=resume_meta is not None)
+
+
+def seed_configs(cfg) -> List:
+    """One `RunConfig` per seed of `--num_seeds`: seed `cfg.seed + s`, run name `<run_name>_sd<seed>`.
+
+    With `num_seeds == 1` this is `[cfg]` (the run name is kept as given).
+    """
+    if cfg.num_seeds == 1:
+        return [cfg]
+    if cfg.run_name and re.search(r"_sd\d+$", cfg.run_name):
+        logging.warning(
+            "--run_name=%s already ends in _sd<seed>; with --num_seeds=%d the runs are %s_sd<seed>. To resume one "
+            "seed of a group, pass --num_seeds=1 --seed=<its seed> and its directory name.",
+            cfg.run_name,
+            cfg.num_seeds,
+            cfg.run_name,
+        )
+    configs = []
+    for s in range(cfg.num_seeds):
+        seed = cfg.seed + s
+        name = None if cfg.run_name is None else f"{cfg.run_name}_sd{seed}"
+        configs.append(cfg.replace(seed=seed, run_name=name))
+    return configs
+
+
+def setup_runs(cfg) -> List[Run]:
+    """Build envs and datasets, check them, create the agents, write the run directories.
+
+    One `Run` per seed of `--num_seeds` (`seed_configs`): the offline data is loaded once and shared
+    (read-only arrays); each seed gets its own environments, samplers and agent, seeded from its own
+    seed. Every input error (missing or bad data file, a dataset with no window of `horizon_length`,
+    rendering that cannot work) is raised as `InputError` before training starts.
+    """
+    from envs.env_utils import envs_for_seed, make_env_and_datasets
+
+    configs = seed_configs(cfg)
+    with input_errors():
+        try:
+            env_data = make_env_and_datasets(
+                cfg.env_name,
+                dataset_path=cfg.dataset_path,
+                dataset_dir=cfg.ogbench_dataset_dir,
+                dataset_proportion=cfg.dataset_proportion,
+                sparse=cfg.sparse,
+                seed=cfg.seed,
+                success_timing=cfg.success_timing,
+                dataset_success_timing=cfg.dataset_success_timing,
+            )
+        except (AttributeError, RuntimeError) as e:
+            if "MUJOCO_GL" not in os.environ:
+                raise
+            raise ValueError(
+                f"creating the environment failed with MUJOCO_GL={os.environ['MUJOCO_GL']} ({type(e).__name__}: "
+                f"{e}); unset MUJOCO_GL, or install the library it needs (osmesa: libosmesa6, egl: libegl1)."
+            ) from e
+        data_files = [d["path"] for d in env_data.metadata.get("datasets", []) if d.get("role", "train") == "train"]
+        what = f"dataset {data_files[0]}" if data_files else "the offline dataset"
+        try:
+            first_dataset = Dataset.create(
+                **env_data.train_dataset,
+                rng=seeding.numpy_rng(cfg.seed, "dataset"),
+                stop_reward_at_mask_zero=cfg.stop_reward_at_mask_zero,
+            )
+        except ValueError as e:
+            raise ValueError(f"{what}: {e}") from e
+        check_dataset_fits_env(first_dataset, env_data.env, cfg.env_name, what)
+        check_dataset_windows(first_dataset, cfg.horizon_length, what)
+        check_replay_buffer_memory(cfg, first_dataset)
+        if cfg.video_episodes > 0:
+            check_rendering(cfg.env_name, env_data.eval_env)
+        example = first_dataset.sample(1, idxs=np.zeros(1, dtype=int))
+        env_datas, datasets, agents_ = [], [], []
+        for c in configs:
+            if c is configs[0]:
+                env_datas.append(env_data)
+                datasets.append(first_dataset)
+            else:
+                env_datas.append(envs_for_seed(env_data, c.env_name, c.seed, c.success_timing))
+                datasets.append(
+                    Dataset(
+                        dict(first_dataset),
+                        rng=seeding.numpy_rng(c.seed, "dataset"),
+                        stop_reward_at_mask_zero=cfg.stop_reward_at_mask_zero,
+                    )
+                )
+            agents_.append(
+                agents.get(cfg.agent["agent_name"]).agent_class.create(
+                    seeding.jax_key(c.seed, "agent"), example["observations"], example["actions"], cfg.agent
+                )
+            )
+        metas = resume.group_resume_states(configs, agents_, datasets) if cfg.resume else [None] * len(configs)
+        group = None
+        if len(configs) > 1:
+            group = {"first_seed": cfg.seed, "num_seeds": cfg.num_seeds, "seeds": [c.seed for c in configs]}
+        runs = []
+        for c, data, dataset, agent, meta in zip(configs, env_datas, datasets, agents_, metas, strict=True):
+            metadata = dict(data.metadata, **({"seed_group": group} if group else {}))
+            run_dir, logger = setup_run(c, agent.config, metadata, meta)
+            run = Run(
+                cfg=c,
+                agent=agent,
+                env_data=data,
+                train_dataset=dataset,
+                run_dir=run_dir,
+                logger=logger,
+                action_dim=int(example["actions"].shape[-1]),
+                example=example,
+                resume_meta=meta,
+            )
+            if meta is not None:
+                run.restore_offline(meta)
+            runs.append(run)
+    if group:
+        names = [os.path.basename(r.run_dir) for r in runs]
+        for run in runs:
+            record_path = os.path.join(run.run_dir, "flags.json")
+            with open(record_path) as f:
+                record = json.load(f)
+            record["seed_group"] = dict(group, run_names=names)
+            write_json(record_path, record)
+    return runs
+
+
+def make_replay_buffer(run: Run, with_offline_data: bool) -> ReplayBuffer:
+    """The online replay buffer: `replay_buffer` stream, `--stop_reward_at_mask_zero` like the dataset.
+
+    `with_offline_data` (main.py): a copy of the offline dataset as its oldest rows, capacity
+    `max(--buffer_size, rows + 1)`; else (main_online.py) empty, capacity `--buffer_size`.
+    """
+    rng = seeding.numpy_rng(run.cfg.seed, "replay_buffer")
+    stop = run.cfg.stop_reward_at_mask_zero
+    if with_offline_data:
+        return ReplayBuffer.create_from_initial_dataset(
+            dict(run.train_dataset),
+            size=max(run.cfg.buffer_size, run.train_dataset.size + 1),
+            rng=rng,
+            stop_reward_at_mask_zero=stop,
+        )
+    example = {
+        k: run.example[k][0] for k in ("observations", "actions", "rewards", "terminals", "masks", "next_observations")
+    }
+    return ReplayBuffer.create(example, size=run.cfg.buffer_size, rng=rng, stop_reward_at_mask_zero=stop)
+
+
+def save_checkpoint(agent, run_dir: str, step: int, phase: str) -> str:
+    """Save `agent` to `<run_dir>/checkpoints/agent_<step>.msgpack` (no pickle)."""
+    path = os.path.join(run_dir, "checkpoints", f"agent_{step}.msgpack")
+    return save_agent(agent, path, metadata={"step": int(step), "phase": phase})
+
+
+def evaluate_and_log(agent, eval_env, cfg, logger: Logger, step: int, action_dim: int, vector_env=None) -> Dict:
+    """Run `evaluation.evaluate` and log its stats under `eval` at `step`.
+
+    The evaluation's policy key and reset seeds are the `evaluation` stream of `cfg.seed` at
+    `step` (`utils.seeding.evaluation_streams`), never the training streams. With `vector_env`
+    the evaluation episodes run on it in lockstep (the same per-episode results); video episodes
+    always run on `eval_env`. Returns the stats (`success` is the success rate).
+    """
+    start = time.time()
+    stats, _, renders = evaluate(
+        agent,
+        eval_env,
+        num_eval_episodes=cfg.eval_episodes,
+        num_video_episodes=cfg.video_episodes,
+        video_frame_skip=cfg.video_frame_skip,
+        action_dim=action_dim,
+        seed=cfg.seed,
+        step=step,
+        progress=cfg.progress,
+        vector_env=vector_env,
+    )
+    stats["time"] = time.time() - start
+    logger.log(stats, "eval", step=step)
+    if renders and logger.wandb_run is not None:
+        import wandb
+
+        video = np.concatenate(renders, axis=0).transpose(0, 3, 1, 2)  # (T, 3, H, W)
+        logger.wandb_run.log({"eval/video": wandb.Video(video, fps=15)}, step=step)
+    logging.info("step %d: eval success %.3f", step, stats.get("success", float("nan")))
+    return stats
+
+
+def episode_stats(info: Dict) -> Dict:
+    """Success, return and length of a finished training episode (for the `env` CSV)."""
+    stats = {"success": float(info.get("success", np.nan))}
+    for k, v in info.get("episode", {}).items():
+        stats[f"episode.{k}"] = float(v)
+    return stats
