@@ -279,6 +279,7 @@ class SweepRun(submitit.helpers.Checkpointable):
         usr1 = getattr(signal, f"SIG{PREEMPT_SIGNAL}")
         submitit_usr1 = signal.getsignal(usr1)
         last_sigterm = [None]
+        handled = [False]
 
         def on_sigterm(signum, frame):
             now = time.monotonic()
@@ -294,8 +295,9 @@ class SweepRun(submitit.helpers.Checkpointable):
                 )
 
         def on_usr1(signum, frame):
-            if self._signalled:  # the same warning again (slurmstepd and srun both deliver it): being handled
+            if handled[0]:  # the same warning again (slurmstepd, srun and the batch shell may all deliver it)
                 return
+            handled[0] = True
             if callable(submitit_usr1):
                 submitit_usr1(signum, frame)  # submitit: checkpoint(), then requeue the job or end it
 
@@ -394,8 +396,8 @@ class SweepRun(submitit.helpers.Checkpointable):
                 return {"name": self.name, "status": "stopped", "returncode": rc, "requeues": self.requeues}
             if rc == EXIT_STATE_SAVED and self._terminated:
                 self.note(
-                    "SIGTERM to this job too (preemption, scancel or the time limit): not relaunched here; SLURM "
-                    "requeues a preempted job itself, else run the sweep command again to resume"
+                    "stopped by SIGTERM to the job: not relaunched here; SLURM requeues a preempted or requeued job "
+                    "itself, else run the sweep command again to resume"
                 )
                 return {"name": self.name, "status": "stopped", "returncode": rc, "requeues": self.requeues}
             if rc != EXIT_STATE_SAVED:

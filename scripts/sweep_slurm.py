@@ -7,6 +7,8 @@ exists on the node, and runs each run with SLURM's warning signal and requeueing
 """
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import re
@@ -413,7 +415,8 @@ def submit_array(executor, runs: List[SweepRun], folder: str):
     os.makedirs(folder, exist_ok=True)
     before = set(os.listdir(folder))
     try:
-        return executor.submit_array(runs)
+        with contextlib.redirect_stderr(io.StringIO()):  # submitit prints sbatch's complaint, also in its exception
+            return executor.submit_array(runs)
     except Exception as e:  # noqa: BLE001 - sbatch's own message (bad partition, account, limits)
         for name in set(os.listdir(folder)) - before:  # <uuid>.pkl per run, .submission_file_<uuid>.sh
             if name.endswith(".pkl") or name.startswith(".submission_file_"):
