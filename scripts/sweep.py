@@ -74,7 +74,11 @@ import presets  # noqa: E402
 
 DRIVERS = {"main.py": "main", "main_online.py": "main_online"}
 # Flags every run gets from the sweep itself; they may appear neither in --grid nor after --.
-SWEEP_FLAGS = ("seed", "run_group", "run_name", "resume", "sweep_info", "save_dir")
+SWEEP_FLAGS = ("seed", "run_group", "run_name", "resume", "start_if_missing", "sweep_info", "save_dir")
+# How every run continues from its latest state, or starts when it has none. Once the drivers have
+# --start_if_missing (--resume of a run that does not exist becomes an error), this is
+# ("--resume", "--start_if_missing").
+RESUME_FLAGS = ("--resume",)
 # Short forms of common swept flags in run names (`h5`, `N32`); other flags are written `key=value`.
 SHORT_KEYS = {
     "horizon_length": "h",
@@ -388,7 +392,7 @@ def build_runs(args, fixed: List[str]) -> List[SweepRun]:
             *([f"--num_seeds={num_seeds}"] if num_seeds > 1 else []),
             f"--run_group={sweep}",
             f"--run_name={run_name}",
-            "--resume",
+            *RESUME_FLAGS,
             "--sweep_info=" + json.dumps(info, separators=(",", ":")),
             f"--save_dir={args.save_dir}",
         ]

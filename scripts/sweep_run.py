@@ -245,12 +245,12 @@ class SweepRun(submitit.helpers.Checkpointable):
         if platforms is None:  # JAX itself failed (e.g. JAX_PLATFORMS=cuda without a GPU): its last line says why
             lines = (probe.stderr or probe.stdout).strip().splitlines()
             sees += f" (JAX failed: {lines[-1][:300] if lines else f'status {probe.returncode}'})"
-        inherited = ", ".join(f"{k}={env[k]!r}" for k in ("JAX_PLATFORMS", "CUDA_VISIBLE_DEVICES") if k in env)
+        here = ", ".join(f"{k}={env[k]!r}" for k in ("JAX_PLATFORMS", "CUDA_VISIBLE_DEVICES") if k in env)
         return (
             f"error: {where} asked for GPUs but JAX sees {sees}"
-            + (f"; the job has {inherited} (a job inherits the submitting shell's environment)" if inherited else "")
-            + "; unset JAX_PLATFORMS / CUDA_VISIBLE_DEVICES before submitting, and check that the job's Python has a "
-            'CUDA jaxlib (pip install "jax[cuda12]")'
+            + (f" ({here} in the job, which inherits the submitting shell's environment)" if here else "")
+            + ": unset JAX_PLATFORMS (or an empty CUDA_VISIBLE_DEVICES) before submitting, and check that the job's "
+            'Python has a CUDA jaxlib (pip install "jax[cuda12]")'
         )
 
     def _count_slurm_requeues(self):
@@ -417,7 +417,9 @@ class SweepRun(submitit.helpers.Checkpointable):
         self._signalled = True
         if first and self.signal_driver(getattr(signal, f"SIG{PREEMPT_SIGNAL}")):
             self.note(f"SIG{PREEMPT_SIGNAL}: forwarded to the driver; waiting up to {self.signal_grace_s:g} s")
-            if not self._exited.wait(self.signal_grace_s):
+            if self._exited.wait(self.signal_grace_s):  # noted here: submitit ends this process after the requeue
+                self.note(f"the driver exited with status {self._returncode}")
+            else:
                 self.note("the driver is still writing: requeued anyway (it resumes from its latest complete state)")
         if self._requeue_decided is None:
             self._requeue_decided = self.requeues < self.max_requeues
