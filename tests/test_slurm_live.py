@@ -166,7 +166,15 @@ def _signal_job(save_dir, sweep, name, job_id, how, seen):
     """`how job_id` (a SLURM command), then wait until the run's log has `seen` (the job's wrapper got it)."""
     log = os.path.join(save_dir, sweep, "logs", f"{name}.log")
     subprocess.run([*how, job_id], check=True, capture_output=True, timeout=60)
-    _wait(f"{seen!r} in {log}", lambda: seen in _read(log), timeout=120)
+
+    def seen_or_ended():
+        if seen in _read(log):
+            return True
+        state = _job_field(job_id, "JobState")
+        assert state not in ("FAILED", "COMPLETED", "CANCELLED", "TIMEOUT"), f"job {job_id} {state} without {seen!r}"
+        return False
+
+    _wait(f"{seen!r} in {log}", seen_or_ended, timeout=120, every=0.2)
 
 
 def test_requeued_runs_resume_exactly_and_a_rerun_skips_them(tmp_path, dataset_path):
