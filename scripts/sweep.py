@@ -32,22 +32,21 @@ one seed per process (the commands of S=1). A group of one seed is an ordinary r
 Finished runs (`<run_dir>/DONE.json`) are skipped; running the same command again (same `--sweep_name`) relaunches
 the others with `--resume`, so they continue from their latest saved state.
 
-Executors. `local`: at most `--max_parallel` runs at once as subprocesses of this script, one log per run
-(`<save_dir>/<sweep>/logs/<name>.log`), a summary at the end, exit status 1 if a run failed. `slurm`: one job array
-through submitit (`--partition`, `--gpus_per_job`, `--cpus_per_job`, `--mem_gb`, `--time_min`,
-`--array_parallelism`); SLURM sends SIGUSR1 `--slurm_signal_delay_s` seconds before the time limit, the driver
-writes its state and exits with status 3, and the job requeues itself (`SweepRun.checkpoint`), at most
-`--max_requeues` times per run.
+Executors. Each run is a `SweepRun` (scripts/sweep_run.py). `local` (scripts/sweep_local.py): at most
+`--max_parallel` runs at once as subprocesses of this script, one log per run (`<save_dir>/<sweep>/logs/<name>.log`),
+a summary at the end, exit status 1 if a run failed. `slurm` (scripts/sweep_slurm.py): one job array through submitit
+(`--partition`, `--gpus_per_job`, `--cpus_per_job`, `--mem_gb`, `--time_min`, `--array_parallelism`, any other
+option with `--sbatch`), checked against the cluster before it is submitted; SLURM sends SIGUSR1
+`--slurm_signal_delay_s` seconds before the time limit, the driver writes its state and exits with status 3, and the
+job requeues itself (`SweepRun.checkpoint`), at most `--max_requeues` times per run, requeues by SLURM itself included.
 
 Bad inputs (grid syntax, an unknown driver or flag, duplicate run names, no runs) end with one `error:` line and exit
 status 2.
 """
 
 import argparse
-import concurrent.futures
 import dataclasses
 import datetime
-import fcntl
 import importlib.util
 import itertools
 import json
@@ -55,28 +54,32 @@ import math
 import os
 import re
 import shlex
-import signal
-import subprocess
 import sys
-import threading
-import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
-import submitit
-
-# Make the repository root importable when run as `python scripts/sweep.py`.
+# The repository root (the drivers' modules) and scripts/ (the sweep's other modules) are importable when this file
+# runs as `python scripts/sweep.py` and when it is loaded by path (tests/test_sweep.py).
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+for _path in (ROOT, os.path.join(ROOT, "scripts")):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+import sweep_local  # noqa: E402
+import sweep_slurm  # noqa: E402
+from sweep_local import run_local  # noqa: E402,F401 - part of this module's interface (tests)
+from sweep_run import DONE_FILE, InputError, RunFailed, SweepRun, int_at_least  # noqa: E402,F401
+from sweep_slurm import make_slurm_executor, run_slurm, sbatch_preview  # noqa: E402,F401
 
 import agents  # noqa: E402
 from runner import methods  # noqa: E402
 
 DRIVERS = {"main.py": "main", "main_online.py": "main_online"}
-DONE_FILE = "DONE.json"
-EXIT_STATE_SAVED = 3  # the drivers' exit status after SIGTERM/SIGUSR1: state written, run not finished
-PREEMPT_SIGNAL = "USR1"  # SLURM's warning signal: the drivers and the submitit job both handle it
 # Flags every run gets from the sweep itself; they may appear neither in --grid nor after --.
-SWEEP_FLAGS = ("seed", "run_group", "run_name", "resume", "sweep_info", "save_dir")
+SWEEP_FLAGS = ("seed", "run_group", "run_name", "resume", "start_if_missing", "sweep_info", "save_dir")
+# How every run continues from its latest state, or starts when it has none. Once the drivers have
+# --start_if_missing (--resume of a run that does not exist becomes an error), this is
+# ("--resume", "--start_if_missing").
+RESUME_FLAGS = ("--resume",)
 # Short forms of common swept flags in run names (`h5`, `N32`); other flags are written `key=value`.
 SHORT_KEYS = {
     "horizon_length": "h",
@@ -91,18 +94,6 @@ NAME_CHARS = "A-Za-z0-9._=-"
 MAX_NAME_LENGTH = 200
 _KEY_RE = re.compile(r"^(?:--)?([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)=(.*)$", re.S)
 _OGBENCH_TASK_RE = re.compile(r"^(?P<base>.+?)-(?P<type>play|noisy)-singletask(?:-task(?P<task>\d+))?-(?P<v>v\d+)$")
-
-
-class InputError(Exception):
-    """A bad input: reported as one `error:` line with exit status 2."""
-
-
-class RunFailed(Exception):
-    """A run's driver exited with a failure status (or exhausted its relaunches)."""
-
-    def __init__(self, name: str, returncode: int, log_path: str, why: str = ""):
-        self.name, self.returncode, self.log_path = name, returncode, log_path
-        super().__init__(f"run {name}: the driver exited with status {returncode}{why}; its output is in {log_path}")
 
 
 # ------------------------------------------------------------------------------------------------ grid
@@ -343,206 +334,6 @@ def check_flags(driver: str, axes: Sequence[Axis], fixed: Sequence[str]):
 # ------------------------------------------------------------------------------------------------ runs
 
 
-class SweepRun(submitit.helpers.Checkpointable):
-    """One run of the sweep: the driver as a subprocess with `--resume`, its output appended to `log_path`.
-
-    The same object runs locally (called from the local executor's threads) and as a submitit job. Protocol:
-
-    * `DONE.json` in `run_dir` already (for a seed group, in every directory of `run_dirs`): nothing to do
-      (`status: skipped`).
-    * The driver exits 0: `status: finished`.
-    * It exits 3 (its state is written) while no preemption was signalled to this wrapper: it is relaunched
-      in place with `--resume` (a requeue within the same job), at most `max_requeues` times in all (then
-      `RunFailed`). When this process got SIGTERM too (a SLURM job being preempted, cancelled or at its time
-      limit), it is not relaunched: `status: stopped` (SLURM requeues a preempted job itself).
-    * Any other status: `RunFailed` (a failed submitit job; the local summary lists it).
-    * `checkpoint()` (submitit calls it on SIGUSR1, SLURM's warning before the time limit or a preemption):
-      forwards SIGUSR1 to the driver, waits up to `signal_grace_s` for it to write its state and exit, and returns
-      a `DelayedSubmission` of itself with one more requeue counted, which submitit pickles and requeues
-      (`scontrol requeue`); the requeued job starts the driver again with `--resume`. After `max_requeues`
-      requeues it returns None: the job ends, not requeued.
-    """
-
-    RELAUNCH_DELAY_S = 1.0  # pause before an in-place relaunch
-
-    def __init__(
-        self,
-        name: str,
-        command: Sequence[str],
-        run_dir: str,
-        log_path: str,
-        cwd: str,
-        max_requeues: int = 10,
-        signal_grace_s: float = 240.0,
-        env: Optional[Dict[str, str]] = None,
-        run_dirs: Optional[Sequence[str]] = None,
-        group_name: Optional[str] = None,
-    ):
-        """`run_dirs`: a seed group's run directories (`--num_seeds`), one per seed, `run_dir` the first one's;
-        default `[run_dir]`. `group_name`: the seed group a single-seed run belongs to when its group was split
-        (some seeds finished), so that a job of the whole group still queued is recognised."""
-        self.name = name
-        self.command = list(command)
-        self.run_dir = run_dir
-        self.run_dirs = list(run_dirs) if run_dirs else [run_dir]
-        self.group_name = group_name
-        self.log_path = log_path
-        self.cwd = cwd
-        self.max_requeues = max_requeues
-        self.signal_grace_s = signal_grace_s
-        self.env = dict(env or {})
-        self.requeues = 0
-        self.launches = 0
-        self._init_runtime()
-
-    def _init_runtime(self):
-        self._proc: Optional[subprocess.Popen] = None
-        self._exited = threading.Event()
-        self._returncode: Optional[int] = None
-        self._signalled = False  # checkpoint() was called: a preemption or the time limit
-        self._stopping = False  # the local executor is stopping: no relaunch
-        self._terminated = False  # this process got SIGTERM (a SLURM job: preemption, scancel, time limit)
-        self.pass_fds: Tuple[int, ...] = ()  # local: the sweep's lock, held while the driver lives
-        self.new_session = False  # local: Ctrl-C reaches the sweep only, which stops the drivers with SIGTERM
-
-    def __getstate__(self):
-        runtime = ("pass_fds", "new_session")
-        return {k: v for k, v in self.__dict__.items() if not k.startswith("_") and k not in runtime}
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._init_runtime()
-
-    @property
-    def done_path(self) -> str:
-        return os.path.join(self.run_dir, DONE_FILE)
-
-    @property
-    def done_paths(self) -> List[str]:
-        return [os.path.join(d, DONE_FILE) for d in self.run_dirs]
-
-    @property
-    def seed_names(self) -> List[str]:
-        """The names of the run directories this process trains (one per seed; `[name]` for a single seed)."""
-        return [os.path.basename(os.path.normpath(d)) for d in self.run_dirs]
-
-    def is_done(self) -> bool:
-        """Whether every run of this process is finished (`DONE.json` in each run directory)."""
-        return all(os.path.exists(p) for p in self.done_paths)
-
-    def note(self, message: str):
-        """Append `[sweep <time>] message` to the run's log."""
-        os.makedirs(os.path.dirname(self.log_path) or ".", exist_ok=True)
-        with open(self.log_path, "a") as f:
-            f.write(f"[sweep {datetime.datetime.now().isoformat(timespec='seconds')}] {message}\n")
-
-    def _run_driver(self) -> int:
-        self.launches += 1
-        self.note(f"launch {self.launches} (requeues so far: {self.requeues}): {shlex.join(self.command)}")
-        self._exited.clear()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
-        with open(self.log_path, "ab") as log:
-            self._proc = subprocess.Popen(
-                self.command,
-                cwd=self.cwd,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                pass_fds=self.pass_fds,
-                start_new_session=self.new_session,
-            )
-        if self._stopping:  # stop() came while the driver was starting
-            self.signal_driver(signal.SIGTERM)
-
-        def wait():
-            self._returncode = self._proc.wait()
-            self._exited.set()
-
-        threading.Thread(target=wait, name=f"wait-{self.name}", daemon=True).start()
-        # Short waits: a signal handler (submitit's, on the main thread) runs between them.
-        while not self._exited.wait(0.5):
-            pass
-        self.note(f"the driver exited with status {self._returncode}")
-        return self._returncode
-
-    def signal_driver(self, signum: int) -> bool:
-        """Send `signum` to the running driver; False when none is running."""
-        if self._proc is None or self._exited.is_set():
-            return False
-        try:
-            os.kill(self._proc.pid, signum)
-        except ProcessLookupError:
-            return False
-        return True
-
-    def stop(self):
-        """Local executor: no relaunch from now on, and SIGTERM to the driver (it writes its state, exits 3)."""
-        self._stopping = True
-        self.signal_driver(signal.SIGTERM)
-
-    def __call__(self) -> Dict:
-        if self.is_done():
-            if len(self.run_dirs) == 1:
-                self.note(f"{self.done_path} exists: the run is finished, nothing to do")
-            else:
-                self.note(f"{', '.join(self.done_paths)} exist: the seed group is finished, nothing to do")
-            return {"name": self.name, "status": "skipped", "returncode": 0, "requeues": self.requeues}
-        main_thread = threading.current_thread() is threading.main_thread()
-        previous = signal.getsignal(signal.SIGTERM) if main_thread else None
-
-        def on_sigterm(signum, frame):  # a SLURM job: remember it, then what was there (submitit logs it)
-            self._terminated = True
-            if callable(previous):
-                previous(signum, frame)
-
-        if main_thread:
-            signal.signal(signal.SIGTERM, on_sigterm)
-        try:
-            return self._run_until_done()
-        finally:
-            if main_thread:
-                signal.signal(signal.SIGTERM, previous)
-
-    def _run_until_done(self) -> Dict:
-        while True:
-            if self._stopping:
-                return {"name": self.name, "status": "stopped", "returncode": None, "requeues": self.requeues}
-            rc = self._run_driver()
-            if rc == 0:
-                return {"name": self.name, "status": "finished", "returncode": 0, "requeues": self.requeues}
-            if self._signalled or self._stopping:  # stopped from outside: its state is written (exit 3) or not
-                return {"name": self.name, "status": "stopped", "returncode": rc, "requeues": self.requeues}
-            if rc == EXIT_STATE_SAVED and self._terminated:
-                self.note(
-                    "SIGTERM to this job too (preemption, scancel or the time limit): not relaunched here; SLURM "
-                    "requeues a preempted job itself, else run the sweep command again to resume"
-                )
-                return {"name": self.name, "status": "stopped", "returncode": rc, "requeues": self.requeues}
-            if rc != EXIT_STATE_SAVED:
-                raise RunFailed(self.name, rc, self.log_path)
-            if self.requeues >= self.max_requeues:
-                raise RunFailed(self.name, rc, self.log_path, f" after {self.requeues} relaunches (--max_requeues)")
-            self.requeues += 1
-            self.note(
-                f"exit status {rc} without a preemption signal to the sweep: relaunching with --resume "
-                f"({self.requeues}/{self.max_requeues})"
-            )
-            time.sleep(self.RELAUNCH_DELAY_S)
-
-    def checkpoint(self, *args, **kwargs) -> Optional[submitit.helpers.DelayedSubmission]:
-        self._signalled = True
-        if self.signal_driver(getattr(signal, f"SIG{PREEMPT_SIGNAL}")):
-            self.note(f"SIG{PREEMPT_SIGNAL}: forwarded to the driver; waiting up to {self.signal_grace_s:g} s")
-            if not self._exited.wait(self.signal_grace_s):
-                self.note("the driver is still writing: requeued anyway (it resumes from its latest complete state)")
-        if self.requeues >= self.max_requeues:
-            self.note(f"not requeued: requeued {self.requeues} times already (--max_requeues)")
-            return None
-        self.requeues += 1
-        self.note(f"requeued ({self.requeues}/{self.max_requeues}): the next job continues with --resume")
-        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
-
-
 def seed_groups(seeds: List[int], per_process: int, text: str) -> List[List[int]]:
     """`seeds` cut, in order, into groups of `per_process` (the last may be smaller), each of consecutive seeds.
 
@@ -584,7 +375,7 @@ def build_runs(args, fixed: List[str]) -> List[SweepRun]:
     if tasks is not None:
         with_task(base_env, 1)  # raises for an env without tasks
         fixed = without_flag(fixed, "env_name")
-    python = sys.executable
+    python = sweep_slurm.job_python(args) if args.executor == "slurm" else sys.executable
     driver_path = args.driver_path
     cwd = os.getcwd()
 
@@ -600,7 +391,7 @@ def build_runs(args, fixed: List[str]) -> List[SweepRun]:
             *([f"--num_seeds={num_seeds}"] if num_seeds > 1 else []),
             f"--run_group={sweep}",
             f"--run_name={run_name}",
-            "--resume",
+            *RESUME_FLAGS,
             "--sweep_info=" + json.dumps(info, separators=(",", ":")),
             f"--save_dir={args.save_dir}",
         ]
@@ -614,6 +405,7 @@ def build_runs(args, fixed: List[str]) -> List[SweepRun]:
             signal_grace_s=max(10.0, args.slurm_signal_delay_s - 30.0),
             run_dirs=run_dirs,
             group_name=group_name,
+            expect_gpus=args.executor == "slurm" and args.expect_gpus,
         )
 
     runs, names = [], []  # names: every run's and seed group's name, whether launched or not
@@ -665,237 +457,6 @@ def build_runs(args, fixed: List[str]) -> List[SweepRun]:
     return runs
 
 
-# ------------------------------------------------------------------------------------------------ executors
-
-
-def _duration(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{secs:02d}s"
-
-
-class _Stop(Exception):
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
-def run_local(runs: List[SweepRun], skipped: List[SweepRun], args) -> int:
-    """Run at most `--max_parallel` runs at once; print a summary; 1 if a run failed, 128+signal if stopped."""
-    group_dir = os.path.join(args.save_dir, args.sweep_name)
-    os.makedirs(os.path.join(group_dir, "logs"), exist_ok=True)
-    lock_fd = os.open(os.path.join(group_dir, ".sweep.lock"), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(lock_fd)
-        raise InputError(
-            f"sweep {args.sweep_name} is running already on this machine ({group_dir}/.sweep.lock is held by it or "
-            "by one of its runs)"
-        ) from None
-    gpus = [g.strip() for g in args.local_gpus.split(",") if g.strip()] if args.local_gpus else []
-    busy = {g: 0 for g in gpus}
-    lock = threading.Lock()
-    shared = args.max_parallel > max(1, len(gpus))
-
-    def task(run: SweepRun):
-        with lock:
-            gpu = min(gpus, key=lambda g: busy[g]) if gpus else None
-            if gpu is not None:
-                busy[gpu] += 1
-        if gpu is not None:
-            run.env["CUDA_VISIBLE_DEVICES"] = gpu
-        if shared and "XLA_PYTHON_CLIENT_PREALLOCATE" not in os.environ:
-            run.env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # runs share a device: no 75% preallocation each
-        run.pass_fds, run.new_session = (lock_fd,), True
-        start[run.name] = time.time()
-        print(f"started {run.name} (log: {run.log_path})", flush=True)
-        try:
-            return run()
-        finally:
-            if gpu is not None:
-                with lock:
-                    busy[gpu] -= 1
-
-    results: Dict[str, Tuple[str, int]] = {}
-    start: Dict[str, float] = {}
-    stopped_by = None
-    main_thread = threading.current_thread() is threading.main_thread()
-    # SIGINT gets its own handler too: a sweep started from a non-interactive shell in the background inherits
-    # SIGINT as ignored, and Python then never raises KeyboardInterrupt.
-    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)} if main_thread else None
-
-    def on_sigterm(signum, frame):
-        raise _Stop(signum)
-
-    if previous is not None:
-        for signum in previous:
-            signal.signal(signum, on_sigterm)
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.max_parallel)
-    futures = {pool.submit(task, r): r for r in runs}
-    try:
-        pending = set(futures)
-        while pending:
-            finished, pending = concurrent.futures.wait(pending, timeout=0.5)
-            for fut in finished:
-                run = futures[fut]
-                took = _duration(time.time() - start[run.name])
-                try:
-                    result = fut.result()
-                    results[run.name] = (result["status"], 0)
-                    print(f"[{len(results)}/{len(runs)}] {result['status']} {run.name} ({took})", flush=True)
-                except RunFailed as e:
-                    results[run.name] = ("failed", e.returncode)
-                    print(f"[{len(results)}/{len(runs)}] FAILED {run.name}: {e}", flush=True)
-    except (KeyboardInterrupt, _Stop) as e:
-        stopped_by = e.signum if isinstance(e, _Stop) else signal.SIGINT
-        print("stopping: SIGTERM to every running driver (each writes its state)...", file=sys.stderr, flush=True)
-        for fut, run in futures.items():
-            fut.cancel()
-            run.stop()
-        try:
-            for fut, run in futures.items():
-                if fut.cancelled():
-                    continue
-                try:
-                    result = fut.result()
-                    results.setdefault(run.name, (result["status"], result["returncode"]))
-                except RunFailed as failure:
-                    results.setdefault(run.name, ("failed", failure.returncode))
-        except (KeyboardInterrupt, _Stop):
-            print("not waiting any longer: the drivers finish writing their states on their own", file=sys.stderr)
-    finally:
-        pool.shutdown(wait=stopped_by is None, cancel_futures=True)
-        if previous is not None:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
-        os.close(lock_fd)
-    finished = [r.name for r in runs if results.get(r.name, ("",))[0] in ("finished", "skipped")]
-    failed = [r for r in runs if results.get(r.name, ("",))[0] == "failed"]
-    stopped = [r.name for r in runs if results.get(r.name, ("",))[0] == "stopped"]
-    not_started = [r.name for r in runs if r.name not in results]
-    print(
-        f"sweep {args.sweep_name}: {len(finished)} finished, {len(failed)} failed, {len(skipped)} skipped "
-        f"(finished before)" + (f", {len(stopped) + len(not_started)} stopped or not started" if stopped_by else "")
-    )
-    if finished:
-        print("  finished: " + ", ".join(finished))
-    for run in failed:
-        print(f"  failed: {run.name} (exit status {results[run.name][1]}; log: {run.log_path})")
-    if skipped:
-        print("  skipped: " + ", ".join(r.name for r in skipped))
-    if stopped_by is not None:
-        if stopped or not_started:
-            print("  stopped or not started: " + ", ".join(stopped + not_started))
-        print(f"  run the same command (--sweep_name={args.sweep_name}) to continue them")
-        return 128 + int(stopped_by)
-    return 1 if failed else 0
-
-
-def slurm_parameters(args, num_runs: int) -> Dict:
-    """The `SlurmExecutor.update_parameters` keywords of the sweep (see `make_slurm_executor`)."""
-    params = dict(
-        job_name=f"sweep-{args.sweep_name}",
-        time=args.time_min,
-        cpus_per_task=args.cpus_per_job,
-        mem=f"{int(args.mem_gb)}GB" if args.mem_gb == int(args.mem_gb) else f"{int(args.mem_gb * 1024)}MB",
-        signal_delay_s=args.slurm_signal_delay_s,
-        array_parallelism=min(args.array_parallelism, num_runs),
-        stderr_to_stdout=True,
-        # The job's own submitit process listens for SLURM's warning signal (not submitit's default USR2, which
-        # would kill the driver), and the job may be requeued (by the job itself or by SLURM on preemption).
-        setup=[f"export SUBMITIT_PREEMPT_SIGNAL={PREEMPT_SIGNAL}", *args.slurm_setup],
-        additional_parameters={"signal": f"{PREEMPT_SIGNAL}@{args.slurm_signal_delay_s}", "requeue": True},
-    )
-    if args.gpus_per_job > 0:
-        params["gpus_per_node"] = args.gpus_per_job
-    for key in ("partition", "account", "qos", "constraint"):
-        if getattr(args, key):
-            params[key] = getattr(args, key)
-    return params
-
-
-def make_slurm_executor(args, folder: str, num_runs: int):
-    """A `submitit.SlurmExecutor` with the sweep's parameters (needs `srun` on PATH, as submitit checks)."""
-    try:
-        executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=args.max_requeues)
-    except RuntimeError as e:
-        raise InputError(f"--executor=slurm: {e} (no srun on PATH)") from None
-    executor.update_parameters(**slurm_parameters(args, num_runs))
-    return executor
-
-
-def sbatch_preview(args, folder: str, num_runs: int) -> str:
-    """The sbatch script submitit would write for the job array, made without SLURM."""
-    from submitit.slurm import slurm as submitit_slurm
-
-    command = f"{shlex.quote(sys.executable)} -u -m submitit.core._submit {shlex.quote(folder)}"
-    params = slurm_parameters(args, num_runs)
-    map_count = num_runs if num_runs > 1 else None
-    return submitit_slurm._make_sbatch_string(command=command, folder=folder, map_count=map_count, **params)
-
-
-def queued_jobs(jobs_path: str) -> Dict[str, str]:
-    """Run name -> job id of this sweep's earlier SLURM jobs that are still queued or running (`squeue`)."""
-    if not os.path.exists(jobs_path):
-        return {}
-    with open(jobs_path) as f:
-        submitted = json.load(f)
-    user = os.environ.get("USER") or os.environ.get("LOGNAME") or ""
-    command = ["squeue", "--noheader", "--array", "--format=%i"] + ([f"--user={user}"] if user else [])
-    try:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True).stdout
-    except (OSError, subprocess.SubprocessError) as e:
-        raise InputError(
-            f"cannot tell whether the jobs in {jobs_path} are still queued ({shlex.join(command)}: {e}); pass "
-            "--ignore_queued to submit anyway"
-        ) from None
-    active = set(out.split())
-    return {name: job for name, job in submitted.items() if job in active}
-
-
-def queued_as(run: SweepRun, queued: Dict[str, str]) -> Optional[str]:
-    """The name in `queued` (job name -> id) of a job that trains one of `run`'s seeds, or None."""
-    for name in [run.name, *run.seed_names, *([run.group_name] if run.group_name else [])]:
-        if name in queued:
-            return name
-    return None
-
-
-def run_slurm(runs: List[SweepRun], args) -> int:
-    """Submit the runs as one job array; print the job ids and where the outputs go."""
-    group_dir = os.path.abspath(os.path.join(args.save_dir, args.sweep_name))
-    folder = os.path.join(group_dir, "slurm")
-    jobs_path = os.path.join(folder, "jobs.json")
-    os.makedirs(os.path.join(group_dir, "logs"), exist_ok=True)
-    for run in runs:  # absolute paths: the job runs wherever SLURM puts it
-        run.log_path, run.run_dir = os.path.abspath(run.log_path), os.path.abspath(run.run_dir)
-        run.run_dirs = [os.path.abspath(d) for d in run.run_dirs]
-    executor = make_slurm_executor(args, folder, len(runs))
-    if SweepRun.__module__ != "__main__":  # imported (tests): pickle the class itself, not a module reference
-        import cloudpickle
-
-        cloudpickle.register_pickle_by_value(sys.modules[SweepRun.__module__])
-    try:
-        jobs = executor.submit_array(runs)
-    except Exception as e:  # noqa: BLE001 - sbatch's own message (bad partition, account, limits)
-        raise InputError("sbatch failed: " + " ".join(str(e).split())) from None
-    submitted = {}
-    if os.path.exists(jobs_path):
-        with open(jobs_path) as f:
-            submitted = json.load(f)
-    submitted.update({run.name: job.job_id for run, job in zip(runs, jobs, strict=True)})
-    with open(jobs_path + ".tmp", "w") as f:
-        json.dump(submitted, f, indent=1)
-    os.replace(jobs_path + ".tmp", jobs_path)
-    for run, job in zip(runs, jobs, strict=True):
-        print(f"submitted {run.name} as job {job.job_id}")
-    print(
-        f"sweep {args.sweep_name}: {len(runs)} runs submitted; run directories {group_dir}/<run>, driver logs "
-        f"{group_dir}/logs/<run>.log, submitit logs {folder}; run the same command to relaunch unfinished runs"
-    )
-    return 0
-
-
 # ------------------------------------------------------------------------------------------------ command line
 
 
@@ -903,29 +464,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):
         print(f"error: {message} (see --help)", file=sys.stderr)
         sys.exit(2)
-
-
-def _int_at_least(low: int):
-    def parse(value: str) -> int:
-        try:
-            number = int(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer, got {value!r}") from None
-        if number < low:
-            raise argparse.ArgumentTypeError(f"must be >= {low}, got {number}")
-        return number
-
-    return parse
-
-
-def _positive_float(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {value!r}") from None
-    if not number > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return number
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -950,7 +488,7 @@ def make_parser() -> argparse.ArgumentParser:
     add("--seeds", default="0", help="Seeds of every grid point: a list and ranges, e.g. 0,1 or 0-3 (default: 0).")
     add(
         "--seeds_per_process",
-        type=_int_at_least(1),
+        type=int_at_least(1),
         default=1,
         metavar="S",
         help="Train up to S seeds in one driver process (the driver's --num_seeds, agents vmapped): the --seeds of "
@@ -974,58 +512,13 @@ def make_parser() -> argparse.ArgumentParser:
     add("--dry_run", action="store_true", help="Print each run's command (one a line, shell-quoted) and exit.")
     add(
         "--max_requeues",
-        type=_int_at_least(0),
+        type=int_at_least(0),
         default=10,
         help="Most relaunches of one run with --resume (SLURM requeues after a preemption or the time limit, and "
         "relaunches after an exit status 3 the sweep did not cause) before it counts as failed (default: 10).",
     )
-    local = parser.add_argument_group("local executor")
-    local.add_argument("--max_parallel", type=_int_at_least(1), default=1, help="Most runs at once (default: 1).")
-    local.add_argument(
-        "--local_gpus",
-        help="Comma-separated GPU ids: each run gets the least busy one as CUDA_VISIBLE_DEVICES. When more runs "
-        "than GPUs run at once, JAX's GPU memory preallocation is turned off (XLA_PYTHON_CLIENT_PREALLOCATE=false).",
-    )
-    slurm = parser.add_argument_group("slurm executor (submitit)")
-    slurm.add_argument("--partition", help="SLURM partition (default: the cluster's default).")
-    slurm.add_argument("--account", help="SLURM account to charge (default: yours).")
-    slurm.add_argument("--qos", help="SLURM quality of service.")
-    slurm.add_argument("--constraint", help="SLURM node feature constraint (e.g. a GPU type).")
-    slurm.add_argument("--gpus_per_job", type=_int_at_least(0), default=1, help="GPUs per run (default: 1).")
-    slurm.add_argument("--cpus_per_job", type=_int_at_least(1), default=8, help="CPU cores per run (default: 8).")
-    slurm.add_argument("--mem_gb", type=_positive_float, default=32.0, help="Host memory per run in GB (default: 32).")
-    slurm.add_argument(
-        "--time_min",
-        type=_int_at_least(1),
-        default=1440,
-        help="Time limit of one job in minutes (default: 1440); a run that needs longer is requeued and resumes.",
-    )
-    slurm.add_argument(
-        "--array_parallelism",
-        type=_int_at_least(1),
-        default=64,
-        help="Most array jobs running at once (sbatch --array=0-N%%K; default: 64).",
-    )
-    slurm.add_argument(
-        "--slurm_signal_delay_s",
-        type=_int_at_least(0),
-        default=300,
-        help="SLURM sends SIGUSR1 this many seconds before the time limit (sbatch --signal=USR1@S; SLURM may send "
-        "it up to 60 s earlier): the driver writes its state, then the job requeues itself (default: 300).",
-    )
-    slurm.add_argument(
-        "--slurm_setup",
-        action="append",
-        default=[],
-        metavar="COMMAND",
-        help="Shell command run in the job before the run (repeatable), e.g. 'module load cuda/12.4'.",
-    )
-    slurm.add_argument(
-        "--ignore_queued",
-        action="store_true",
-        help="Submit unfinished runs even when this sweep's earlier jobs may still be queued or running "
-        "(by default those runs are skipped, checked with squeue).",
-    )
+    sweep_local.add_arguments(parser)
+    sweep_slurm.add_arguments(parser)
     return parser
 
 
@@ -1047,8 +540,7 @@ def run(args, fixed: List[str]) -> int:
         args.sweep_name = datetime.datetime.now().strftime("sweep_%Y%m%d_%H%M%S")
     if not re.fullmatch(f"[{NAME_CHARS}]+", args.sweep_name) or args.sweep_name in (".", ".."):
         raise InputError(f"--sweep_name={args.sweep_name}: use only the characters [{NAME_CHARS}]")
-    if args.slurm_signal_delay_s >= args.time_min * 60:
-        raise InputError(f"--slurm_signal_delay_s={args.slurm_signal_delay_s} is not below --time_min={args.time_min}")
+    sweep_slurm.check_args(args)
     if os.path.exists(args.save_dir) and not os.path.isdir(args.save_dir):
         raise InputError(f"--save_dir={args.save_dir} is a file, not a directory")
     args.driver_path = resolve_driver(args.driver)
@@ -1058,22 +550,15 @@ def run(args, fixed: List[str]) -> int:
     for run in skipped:
         print(f"skip (finished, {', '.join(run.done_paths)}): {run.name}", file=sys.stderr)
     queued = {}
-    if args.executor == "slurm" and not args.dry_run and not args.ignore_queued:
-        queued = queued_jobs(os.path.join(args.save_dir, args.sweep_name, "slurm", "jobs.json"))
-        # A job trains the runs it is named after: one seed (its name), or a seed group (the group's name). A run
-        # is busy when a queued job has its name, its seed group's name, or the name of one of its seeds.
-        as_job = {run.name: queued_as(run, queued) for run in todo}
-        for run in [r for r in todo if as_job[r.name]]:
-            job_name = as_job[run.name]
-            which = "" if job_name == run.name else f" ({job_name})"
-            print(f"skip (queued or running as job {queued[job_name]}{which}): {run.name}", file=sys.stderr)
-        todo = [r for r in todo if not as_job[r.name]]
+    if args.executor == "slurm" and not args.dry_run:
+        sweep_slurm.check_environment(args)
+        if not args.ignore_queued:
+            todo, queued = sweep_slurm.skip_queued(todo, args)
     if args.dry_run:
         for run in todo:
             print(shlex.join(run.command))
         if args.executor == "slurm" and todo:
-            folder = os.path.join(os.path.abspath(os.path.join(args.save_dir, args.sweep_name)), "slurm")
-            print("sbatch script of the job array:\n" + sbatch_preview(args, folder, len(todo)), file=sys.stderr)
+            sweep_slurm.dry_run(args, len(todo))
         return 0
     how = f"at most {args.max_parallel} at once" if args.executor == "local" else "one SLURM job array"
     per_process = f" (processes of up to {args.seeds_per_process} seeds)" if args.seeds_per_process > 1 else ""

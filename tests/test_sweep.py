@@ -409,18 +409,31 @@ def test_checkpoint_returns_itself_with_one_more_requeue(tmp_path):
     delayed.dump(path)  # what submitit writes for the requeued job: config only, no process state
     loaded = submitit_utils.DelayedSubmission.load(path).function
     assert loaded.requeues == 1 and loaded.command == run.command and loaded._proc is None
-    assert run.checkpoint() is None  # --max_requeues reached: submitit does not requeue
+    # The same warning delivered again (by slurmstepd and by srun): the same answer, counted once.
+    again = run.checkpoint()
+    assert again is not None and again.function is run and run.requeues == 1
+    assert open(run.log_path).read().count("requeued (1/1)") == 1
+    assert loaded.checkpoint() is None  # the requeued job at --max_requeues: submitit does not requeue
 
 
-def _fake_programs(tmp_path, squeue_ids=()):
-    """`srun`, `sbatch` (copies the script, prints a job id), `squeue`, `scontrol` (logs its arguments)."""
+def _fake_programs(tmp_path, squeue_ids=(), sinfo=None, sbatch_fails=False):
+    """`srun`, `sbatch` (copies the script, prints a job id; `--test-only` logs the script to test_only.sh),
+    `squeue`, `scontrol` (logs its arguments), `sinfo` (prints the lines `sinfo`, else exits 1: no SLURM answers)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
+    submit = (
+        'echo "sbatch: error: Batch job submission failed: Invalid account" >&2; exit 1'
+        if sbatch_fails
+        else ('echo "Submitted batch job 4242"')
+    )
     programs = {
         "srun": "exit 0",
-        "sbatch": f'cp "$1" {tmp_path}/sbatch_script.sh\necho "Submitted batch job 4242"',
+        "sbatch": f'if [ "$1" = --test-only ]; then cp "$2" {tmp_path}/test_only.sh; '
+        'echo "sbatch: Job 1 to start at now" >&2; exit 0; fi\n'
+        f'cp "$1" {tmp_path}/sbatch_script.sh\n{submit}',
         "squeue": "\n".join(f"echo {i}" for i in squeue_ids) or "exit 0",
         "scontrol": f'echo "$@" >> {tmp_path}/scontrol.txt',
+        "sinfo": "\n".join(f"echo '{line}'" for line in sinfo) if sinfo is not None else "exit 1",
     }
     for name, body in programs.items():
         path = bin_dir / name
@@ -436,7 +449,7 @@ def _start_slurm_job(tmp_path, run):
     folder.mkdir()
     delayed = submitit.helpers.DelayedSubmission(run)
     delayed.set_timeout(60, 3)
-    cloudpickle.register_pickle_by_value(sweep)
+    cloudpickle.register_pickle_by_value(sys.modules[sweep.SweepRun.__module__])  # as run_slurm does
     delayed.dump(folder / "77_submitted.pkl")
     env = dict(
         os.environ,
@@ -539,6 +552,7 @@ def test_slurm_executor_parameters_without_a_cluster(tmp_path, monkeypatch):
 
 def test_slurm_submission_with_fake_sbatch(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", f"{_fake_programs(tmp_path, squeue_ids=['4242_1'])}:{os.environ['PATH']}")
+    monkeypatch.delenv("JAX_PLATFORMS")  # GPU jobs: it would reach them
     monkeypatch.chdir(tmp_path)
     argv = [
         "--driver=main.py",
@@ -572,6 +586,7 @@ def test_slurm_submission_with_fake_sbatch(tmp_path, monkeypatch, capsys):
 def test_slurm_seed_groups_one_array_task_each(tmp_path, monkeypatch, capsys):
     bin_dir = _fake_programs(tmp_path, squeue_ids=["4242_1"])
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.delenv("JAX_PLATFORMS")
     monkeypatch.chdir(tmp_path)
     argv = ["--driver=main.py", "--grid=horizon_length=1,5", "--seeds=0-3", "--seeds_per_process=2", "--sweep_name=s"]
     argv += ["--executor=slurm", "--", ENV]
