@@ -79,7 +79,7 @@ class GoalWindows:
         if not np.isclose(self.p_cur + self.p_traj + self.p_random, 1.0):
             raise ValueError(f"GoalWindows: the goal probabilities {[config[k] for k in GOAL_KEYS[:3]]} must sum to 1.")
         self.terminal_locs = np.flatnonzero(np.asarray(terminals) > 0)  # (T,) last row of each trajectory
-        if self.size == 0 or self.terminal_locs[-1] != self.size - 1:
+        if len(self.terminal_locs) == 0 or self.terminal_locs[-1] != self.size - 1:
             raise ValueError("GoalWindows: the last row must end a trajectory (terminals[-1] == 1).")
         rows = np.arange(self.size)
         final = self.terminal_locs[np.searchsorted(self.terminal_locs, rows)]  # (N,)
