@@ -53,13 +53,15 @@ def make_agent(seed=0, **overrides):
 
 def make_batch(seed, batch_size=BATCH, h=H):
     """A batch with the GoalWindows layout: rows 0-1 reach the goal inside the window, row 2 has a short
-    window (valids 0 at the end), the rest bootstrap after h steps."""
+    window (valids 0 in the last column only, so the release's column and column h_a - 1 differ), the rest
+    bootstrap. Row 3 bootstraps after k = 2 < h steps: never drawn by GoalWindows, it tells gamma^k from
+    gamma^h."""
     rng = np.random.default_rng(seed)
     k = np.full(batch_size, h)
-    k[:2] = [0, 2]
-    reached = (k < h).astype(np.float32)
+    k[:4] = [0, 2, h, 2]
+    reached = np.array([1, 1] + [0] * (batch_size - 2), np.float32)
     valids = np.ones((batch_size, h), np.float32)
-    valids[2, 1:] = 0.0
+    valids[2, -1] = 0.0
     return dict(
         observations=rng.normal(size=(batch_size, OB_DIM)).astype(np.float32),
         actions=rng.uniform(-1, 1, (batch_size, ACTION_DIM)).astype(np.float32),
@@ -112,7 +114,8 @@ def test_chunk_critic_target_by_hand(num_qs):
     k, m = batch["high_value_backup_horizon"], batch["high_value_masks"]
     target = np.clip(batch["high_value_rewards"] + 0.9**k * m * next_v, 0, 1)
     assert target[0] == 1.0 and np.isclose(target[1], 0.81)  # reached at k = 0 and k = 2: gamma^k, no bootstrap
-    np.testing.assert_allclose(target[3:], 0.9**H * next_v[3:], rtol=1e-6)
+    np.testing.assert_allclose(target[3], 0.81 * next_v[3], rtol=1e-6)
+    np.testing.assert_allclose(target[4:], 0.9**H * next_v[4:], rtol=1e-6)
     q_logit = logits(agent, "chunk_critic", batch, actions=batch["high_value_action_chunks"]).reshape(num_qs, BATCH)
     np.testing.assert_allclose(loss, bce(q_logit, target).mean(), rtol=1e-5)
     np.testing.assert_allclose(info["chunk_critic/q_mean"], sigmoid(q_logit).mean(), rtol=1e-5)
@@ -146,9 +149,9 @@ def test_distillation_by_hand(use_chunk_critic, method, q_agg):
         # In float32 as the agent computes it: 1 - (1 - 1e-5) is 1.0014e-05 there (target 1: row 0).
         clipped = np.clip(target.astype(np.float32), 1e-5, 1 - 1e-5)
         errors = np.abs(q_logit - (np.log(clipped) - np.log(np.float32(1) - clipped)))
-    # The release's valids column: min(h_a * action_dim, h) - 1 = 3 here (row 2 is 0 there).
+    # The release's valids column: min(h_a * action_dim, h) - 1 = 3 here (row 2 is 0 there, 1 in column h_a - 1).
     valid = batch["valids"][:, min(H_A * ACTION_DIM, H) - 1]
-    assert valid[2] == 0
+    assert valid[2] == 0 and batch["valids"][2, H_A - 1] == 1
     np.testing.assert_allclose(loss, np.mean(weight * errors * valid), rtol=1e-5)
 
 
