@@ -4,14 +4,15 @@ The critic is trained on long chunks (`backup_horizon` h actions) while the poli
 chunks (`policy_chunk_size` h_a <= h actions). As in the authors' release (ColinQiyangLi/dqc at
 df89825, `agents/dqc.py`), with s the observation, g the goal and A = a_{t:t+h}:
 
-* `chunk_critic` Q_h(s, g, A) (`num_qs` members, no target): h-step backup from V (Sec. 4.1).
+* `chunk_critic` Q_h(s, g, A) (`num_qs` members, no target): h-step backup from V.
 * `action_critic` Q_a(s, g, A[:h_a]) (`num_qs` members, Polyak target `target_action_critic`):
-  distilled from Q_h by an implicit maximisation over the last h - h_a actions (Sec. 4.2).
-* `value` V(s, g): implicit maximisation of the target Q_a over the first h_a actions (Sec. 4.2).
-* `actor_bc` v(s, x_t, t): flow-matching behaviour cloning of h_a-action chunks, no goal (Sec. 4.3).
+  distilled from Q_h by an implicit maximisation over the last h - h_a actions.
+* `value` V(s, g): implicit maximisation of the target Q_a over the first h_a actions.
+* `actor_bc` v(s, x_t, t): flow-matching behaviour cloning of h_a-action chunks, no goal.
 
 Every critic outputs a logit; its value is the sigmoid (in [0, 1]) and takes `concat(s, g[, A])`.
-With `use_chunk_critic=False` there is no Q_h and Q_a learns from the h-step target itself (QC with
+The loss docstrings name the paper's parts by topic (its section numbers were not checked against the
+PDF). With `use_chunk_critic=False` there is no Q_h and Q_a learns from the h-step target itself (QC with
 h_a = h, the n-step baselines NS / OS with h_a = 1). Acting is best-of-N over flow samples scored by Q_a.
 
 Gradient routing (utils/flax_utils.py): a module gets gradient only when called with
@@ -68,13 +69,34 @@ def _valid_weights(batch, cfg):
     """`(B,)` weights of the distillation, value and actor losses: one column of `valids`.
 
     The release reads `valids[..., ac_action_dim - 1]` with `ac_action_dim = h_a * action_dim`, where
-    the paper means column `h_a - 1` (the last action of the policy chunk); JAX clamps the index to the
-    last column `h - 1` when `h_a * action_dim > h`. We read the release's column, written out, so that
-    the golden updates match. With the windows the sampler draws in training (starts only where a whole
-    window fits) every column is 1 and the two readings agree.
+    column `h_a - 1` (the policy chunk's last action) seems meant; JAX clamps the index to the last
+    column `h - 1` when `h_a * action_dim > h`. We read the release's column, written out, so that the
+    golden updates match. In the windows the sampler draws for training (starts only where a whole
+    window fits) every column is 1, so the two readings give the same losses.
     """
     column = min(_policy_dim(cfg), cfg["backup_horizon"]) - 1
     return batch["valids"][:, column]  # (B,)
+
+
+def _logits(network, cfg, name, observations, goals, actions=None, params=None):
+    """Logits of critic `name` on `concat(s, g[, actions])`: `(K, *B)` for the ensembles, `(*B,)` for the value.
+
+    Difference from the reference: with `num_qs=1` its ensembles lose the member axis, so its `q_agg` over
+    axis 0 would reduce over the batch; the axis is kept here (`common.ensemble_values`).
+    """
+    inputs = jnp.concatenate([observations, goals], axis=-1)  # (*B, D + G)
+    if name == "value":
+        return network.select(name)(inputs, params=params)
+    return common.ensemble_values(network, cfg, name, inputs, actions, params)
+
+
+def _backup_target(network, cfg, batch):
+    """The h-step target `clip(r + gamma^k * m * sigmoid(V(s_{t+k}, g)), 0, 1)` `(B,)`; V: no gradient."""
+    next_v = jax.nn.sigmoid(
+        _logits(network, cfg, "value", batch["high_value_next_observations"], batch["high_value_goals"])
+    )
+    bootstrap = cfg["discount"] ** batch["high_value_backup_horizon"] * batch["high_value_masks"]
+    return jnp.clip(batch["high_value_rewards"] + bootstrap * next_v, 0, 1)  # (B,)
 
 
 class DQCAgent(flax.struct.PyTreeNode):
@@ -84,35 +106,18 @@ class DQCAgent(flax.struct.PyTreeNode):
     network: Any
     config: Any = nonpytree_field()
 
-    def _critic(self, name, observations, goals, actions=None, params=None):
-        """Logits of critic `name` on `concat(s, g[, actions])`: `(K, B)` for the ensembles, `(B,)` for V."""
-        inputs = jnp.concatenate([observations, goals], axis=-1)  # (*B, D + G)
-        if name == "value":
-            return self.network.select(name)(inputs, params=params)
-        return common.ensemble_values(self.network, self.config, name, inputs, actions, params)
-
-    def _backup_target(self, batch):
-        """The h-step target `clip(r + gamma^k * m * sigmoid(V(s_{t+k}, g)), 0, 1)` `(B,)`; V: no gradient."""
-        next_v = jax.nn.sigmoid(self._critic("value", batch["high_value_next_observations"], batch["high_value_goals"]))
-        bootstrap = self.config["discount"] ** batch["high_value_backup_horizon"] * batch["high_value_masks"]
-        return jnp.clip(batch["high_value_rewards"] + bootstrap * next_v, 0, 1)  # (B,)
-
     def chunk_critic_loss(self, batch, grad_params, rng):
-        """Chunked critic on h-action chunks, BCE against the value backup (paper Sec. 4.1, Eq. 5)::
+        """Chunked critic on h-action chunks, BCE against the value backup (paper: the chunked critic)::
 
             target_q   = clip(r + gamma^k * m * sigmoid(V(s_{t+k}, g)), 0, 1)   # V: no gradient
             critic_loss = mean_{i,b} BCE(Q_h^i(s_t, g, a_{t:t+h}), target_q)
 
         k, r, m: the batch's backup horizon, reward and mask. No `valids` weight (as in the release).
         """
-        target_q = self._backup_target(batch)  # (B,)
-        q_logit = self._critic(
-            "chunk_critic",
-            batch["observations"],
-            batch["high_value_goals"],
-            batch["high_value_action_chunks"],
-            grad_params,
-        )  # (K, B)
+        cfg = self.config
+        obs, goals, chunks = batch["observations"], batch["high_value_goals"], batch["high_value_action_chunks"]
+        target_q = _backup_target(self.network, cfg, batch)  # (B,)
+        q_logit = _logits(self.network, cfg, "chunk_critic", obs, goals, chunks, grad_params)  # (K, B)
         q = jax.nn.sigmoid(q_logit)
         critic_loss = _bce(q_logit, target_q).mean()
         return critic_loss, {
@@ -126,7 +131,7 @@ class DQCAgent(flax.struct.PyTreeNode):
         }
 
     def action_critic_loss(self, batch, grad_params, rng):
-        """Distillation of Q_h into the action critic Q_a on the first h_a actions (paper Sec. 4.2, Eq. 6)::
+        """Distillation of Q_h into the action critic Q_a on the first h_a actions (paper: the distilled critic)::
 
             target_q = sigmoid(Q_h^i(s, g, a_{t:t+h}))        # use_chunk_critic; no gradient, member i
                      = the h-step target of chunk_critic_loss  # otherwise
@@ -139,11 +144,11 @@ class DQCAgent(flax.struct.PyTreeNode):
         cfg = self.config
         obs, goals, chunks = batch["observations"], batch["high_value_goals"], batch["high_value_action_chunks"]
         if cfg["use_chunk_critic"]:
-            target_q = jax.nn.sigmoid(self._critic("chunk_critic", obs, goals, chunks))  # (K, B)
+            target_q = jax.nn.sigmoid(_logits(self.network, cfg, "chunk_critic", obs, goals, chunks))  # (K, B)
         else:
-            target_q = self._backup_target(batch)  # (B,)
+            target_q = _backup_target(self.network, cfg, batch)  # (B,)
         policy_chunks = chunks[:, : _policy_dim(cfg)]  # (B, h_a * A)
-        q_logit = self._critic("action_critic", obs, goals, policy_chunks, grad_params)  # (K, B)
+        q_logit = _logits(self.network, cfg, "action_critic", obs, goals, policy_chunks, grad_params)  # (K, B)
         q = jax.nn.sigmoid(q_logit)
         clipped = jnp.clip(target_q, 1e-5, 1.0 - 1e-5)
         target_logit = jnp.log(clipped) - jnp.log(1.0 - clipped)
@@ -161,7 +166,7 @@ class DQCAgent(flax.struct.PyTreeNode):
         }
 
     def value_loss(self, batch, grad_params, rng):
-        """Implicit backup: V(s, g) toward the target action critic's best action chunk (paper Sec. 4.2, Eq. 7)::
+        """Implicit backup: V(s, g) toward the target action critic's best action chunk (paper: implicit value backup)::
 
             q = agg_i sigmoid(Qbar_a^i(s, g, a_{t:t+h_a}))   # target action critic, no gradient
             w = kappa_b if q >= sigmoid(V) else 1 - kappa_b
@@ -174,10 +179,10 @@ class DQCAgent(flax.struct.PyTreeNode):
         cfg = self.config
         obs, goals = batch["observations"], batch["high_value_goals"]
         policy_chunks = batch["high_value_action_chunks"][:, : _policy_dim(cfg)]  # (B, h_a * A)
-        qs = jax.nn.sigmoid(self._critic("target_action_critic", obs, goals, policy_chunks))  # (K, B)
+        qs = jax.nn.sigmoid(_logits(self.network, cfg, "target_action_critic", obs, goals, policy_chunks))  # (K, B)
         q = _aggregate(qs, cfg["q_agg"])  # (B,)
         q_logit = jnp.log(q) - jnp.log(1.0 - q)
-        v_logit = self._critic("value", obs, goals, params=grad_params)  # (B,)
+        v_logit = _logits(self.network, cfg, "value", obs, goals, params=grad_params)  # (B,)
         v = jax.nn.sigmoid(v_logit)
         weight = jnp.where(q >= v, cfg["kappa_b"], 1 - cfg["kappa_b"])  # (B,)
         if cfg["implicit_backup_type"] == "expectile":
@@ -194,10 +199,12 @@ class DQCAgent(flax.struct.PyTreeNode):
         }
 
     def actor_loss(self, batch, grad_params, rng):
-        """Flow-matching BC over h_a-action chunks, observation only, no goal (paper Sec. 4.3)::
+        """Flow-matching BC over h_a-action chunks, observation only, no goal (paper: policy extraction)::
 
-        x_t = (1 - t) x_0 + t x_1,  x_0 ~ N(0, I),  x_1 = a_{t:t+h_a},  t ~ U[0, 1) per row
-        bc_flow_loss = mean_b valid_b * mean_j (v(s, x_t, t) - (x_1 - x_0))_j^2
+            x_t = (1 - t) x_0 + t x_1,  x_0 ~ N(0, I),  x_1 = a_{t:t+h_a},  t ~ U[0, 1) per row
+            bc_flow_loss = mean_b valid_b * mean_j (v(s, x_t, t) - (x_1 - x_0))_j^2
+
+        valid: `_valid_weights`. x_0 is drawn before t, from the release's key split.
         """
         cfg = self.config
         batch_size = batch["observations"].shape[0]
@@ -249,15 +256,9 @@ class DQCAgent(flax.struct.PyTreeNode):
         """One update on `batch` (B windows, `BATCH_KEYS`; other keys stay outside jit): `(agent, info)`."""
         return self._update(self, {k: batch[k] for k in BATCH_KEYS})
 
-    @staticmethod
-    @jax.jit
-    def _batch_update(agent, batches):
-        agent, infos = jax.lax.scan(type(agent)._update, agent, batches)
-        return agent, jax.tree_util.tree_map(jnp.mean, infos)
-
     def batch_update(self, batches):
         """`update` on each batch along the leading (UTD) axis `(U, B, ...)` in one `lax.scan`; info averaged."""
-        return self._batch_update(self, {k: batches[k] for k in BATCH_KEYS})
+        return _scan_updates(self, {k: batches[k] for k in BATCH_KEYS})
 
     @partial(jax.jit, static_argnames=("best_of_n",))
     def sample_actions(self, observations, rng, goals=None, best_of_n=None):
@@ -281,7 +282,9 @@ class DQCAgent(flax.struct.PyTreeNode):
             t = jnp.full((*actions.shape[:-1], 1), i / cfg["flow_steps"])  # (N, *B, 1)
             actions = actions + self.network.select("actor_bc")(observations, actions, t) / cfg["flow_steps"]
         actions = jnp.clip(actions, -1, 1)  # (N, *B, hA)
-        q = _aggregate(self._critic("action_critic", observations, goals, actions), cfg["q_agg"])  # (N, *B)
+        q = _aggregate(
+            _logits(self.network, cfg, "action_critic", observations, goals, actions), cfg["q_agg"]
+        )  # (N, *B)
         best = jnp.argmax(q, axis=0)  # (*B,)
         return jnp.take_along_axis(actions, best[None, ..., None], axis=0)[0]  # (*B, hA)
 
@@ -327,6 +330,12 @@ class DQCAgent(flax.struct.PyTreeNode):
         params["modules_target_action_critic"] = params["modules_action_critic"]  # the target starts as Q_a
         network = TrainState.create(network_def, params, tx=optax.adam(learning_rate=config["lr"]))
         return cls(rng=rng, network=network, config=flax.core.FrozenDict(config))
+
+
+@jax.jit
+def _scan_updates(agent, batches):
+    agent, infos = jax.lax.scan(DQCAgent._update, agent, batches)
+    return agent, jax.tree_util.tree_map(jnp.mean, infos)
 
 
 def check_config(config):

@@ -563,3 +563,18 @@ def test_windows_errors():
         GoalWindows(obs, actions, terminals, windows_config(value_p_curgoal=0.5))
     with pytest.raises(ValueError, match="idxs"):
         GoalWindows(obs, actions, terminals, windows_config()).sample(2, np.random.default_rng(0), idxs=[0, 17])
+
+
+def test_sampler_windows_feed_the_update():
+    obs, actions, terminals, _ = chain_dataset([12, 9, 15])
+    obs = np.concatenate([obs, np.zeros((len(obs), OB_DIM - obs.shape[1]), np.float32)], axis=1)  # (N, D)
+    windows = GoalWindows(obs, actions, terminals, make_config().to_dict(), oracle_reps=obs[:, :GOAL_DIM])
+    agent = make_agent()
+    batch = windows.sample(BATCH, np.random.default_rng(0))
+    new, info = agent.update(batch)
+    assert int(new.network.step) == int(agent.network.step) + 1
+    assert all(np.isfinite(v) for v in info.values())
+    stacked = jax.tree_util.tree_map(
+        lambda *x: np.stack(x), *[windows.sample(BATCH, np.random.default_rng(i)) for i in range(2)]
+    )
+    assert int(agent.batch_update(stacked)[0].network.step) == int(agent.network.step) + 2
