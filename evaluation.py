@@ -281,13 +281,9 @@ def usable_cores() -> int:
 def resolve_vector_mode(mode: str, num_envs: int, cores: Optional[int] = None) -> str:
     """`'sync'` or `'async'` for `mode` (`'auto'`: async iff `num_envs >= 2` and `cores >= ASYNC_MIN_CORES`).
 
-    `cores` defaults to `usable_cores()`. The rule: the policy and the envs never run at the same time (the
-    policy needs the envs' observations, the envs its actions), so subprocesses only pay off when several
-    envs can step on separate cores and that outweighs a pipe round trip (and an info pickle) per env and
-    step. Measured on 2 (shared) cores with cube-double: 0.90 ms per env-step in one process, 1.4-1.7 ms
-    in subprocesses (2-10 envs, at most 2 stepping at once), and spawning 10 workers took 14-33 s (each
-    imports MuJoCo and JAX); in-process threads gave nothing (the env step holds the GIL). So 'auto' stays
-    in one process below 4 usable cores; from 4 on, at least 4 envs step in parallel (not measured here).
+    `cores` defaults to `usable_cores()`. The policy and the envs never run at the same time, so
+    subprocesses pay off only when several envs step on separate cores and that outweighs a pipe round
+    trip per env and step (README, Benchmarks: the measurements behind `ASYNC_MIN_CORES`).
 
     Raises:
         ValueError: `mode` not in `VECTOR_MODES`.
@@ -698,11 +694,8 @@ class OnlineCollector:
     `masks = 1 - terminated` (no bootstrap only on a true termination), resets the env and the
     chunk queue at episode ends, and returns the final `info` of a finished episode (else None).
 
-    Run states (`state`/`restore`) can be taken at any step, mid-episode too: the state holds the
-    env's random generator as it was before the episode's reset, the actions executed since, the
-    rest of the current chunk and the current observation. `restore` resets the env from that
-    generator state and replays the actions (MuJoCo is deterministic), then checks that the replay
-    arrives at the saved observation exactly.
+    `state()` / `restore(state)` work at any step, mid-episode too (the README's "Resume and
+    preemption": the episode is replayed from its start and checked against the saved observation).
     """
 
     def __init__(self, env, action_dim: int, reward_fn, rng, reset_seed: Optional[int] = None):

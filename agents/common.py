@@ -29,12 +29,15 @@ class Method:
         per_domain: `{domain: {setting: value}}`, the paper's tuned values for each domain (a value of
             `None`: the paper gives none, so the user must pass it). Explicit flags win over these.
         source: where the values come from (paper section, file of the authors' release).
+        borrowed: `{domain: paper domain}` for domains outside the paper that take a paper domain's values
+            (for CPU-sized runs; `runner.methods.note` says so).
     """
 
     label: str
     settings: Dict[str, object]
     per_domain: Dict[str, Dict[str, object]]
     source: str = ""
+    borrowed: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,6 +22,7 @@ target Q_a inside the value loss are called without it and get exactly zero grad
 Windows: `utils/goal_windows.py` (the release's `CGCDataset`); `BATCH_KEYS` below are what the losses read.
 """
 
+import dataclasses
 from functools import partial
 from typing import Any
 
@@ -32,7 +33,8 @@ import ml_collections
 import optax
 
 from agents import common
-from utils.flax_utils import ModuleDict, TrainState, nonpytree_field, polyak_update
+from agents.common import aggregate
+from utils.flax_utils import ModuleDict, TrainState, nonpytree_field, scan_updates, select_keys, target_update
 from utils.networks import ActorVectorField, Value
 
 # What the losses read. Difference from the reference: its actor loss also read `actions`, only for the
@@ -53,11 +55,6 @@ IMPLICIT_LOSSES = ("expectile", "quantile")
 def _bce(logits, targets):
     """Binary cross-entropy of `sigmoid(logits)` against `targets` in [0, 1], elementwise."""
     return -(jax.nn.log_sigmoid(logits) * targets + jax.nn.log_sigmoid(-logits) * (1 - targets))
-
-
-def _aggregate(qs, q_agg):
-    """Ensemble aggregation `(K, *B) -> (*B)` by `q_agg` ('mean' or 'min')."""
-    return qs.min(axis=0) if q_agg == "min" else qs.mean(axis=0)
 
 
 def _policy_dim(cfg):
@@ -180,7 +177,7 @@ class DQCAgent(flax.struct.PyTreeNode):
         obs, goals = batch["observations"], batch["high_value_goals"]
         policy_chunks = batch["high_value_action_chunks"][:, : _policy_dim(cfg)]  # (B, h_a * A)
         qs = jax.nn.sigmoid(_logits(self.network, cfg, "target_action_critic", obs, goals, policy_chunks))  # (K, B)
-        q = _aggregate(qs, cfg["q_agg"])  # (B,)
+        q = aggregate(qs, cfg["q_agg"])  # (B,)
         q_logit = jnp.log(q) - jnp.log(1.0 - q)
         v_logit = _logits(self.network, cfg, "value", obs, goals, params=grad_params)  # (B,)
         v = jax.nn.sigmoid(v_logit)
@@ -247,18 +244,17 @@ class DQCAgent(flax.struct.PyTreeNode):
             return agent.total_loss(batch, grad_params, rng)
 
         network, info = agent.network.apply_loss_fn(loss_fn)
-        old = agent.network.params  # the release moves the target toward the action critic before the step
-        target = polyak_update(old["modules_action_critic"], old["modules_target_action_critic"], agent.config["tau"])
-        network = network.replace(params={**network.params, "modules_target_action_critic": target})
+        # As in the release, the target moves toward the action critic as it was before the step.
+        network = target_update(network, agent.network, "action_critic", agent.config["tau"])
         return agent.replace(network=network, rng=new_rng), info
 
     def update(self, batch):
         """One update on `batch` (B windows, `BATCH_KEYS`; other keys stay outside jit): `(agent, info)`."""
-        return self._update(self, {k: batch[k] for k in BATCH_KEYS})
+        return self._update(self, select_keys(batch, BATCH_KEYS))
 
     def batch_update(self, batches):
         """`update` on each batch along the leading (UTD) axis `(U, B, ...)` in one `lax.scan`; info averaged."""
-        return _scan_updates(self, {k: batches[k] for k in BATCH_KEYS})
+        return scan_updates(DQCAgent._update, self, select_keys(batches, BATCH_KEYS))
 
     @partial(jax.jit, static_argnames=("best_of_n",))
     def sample_actions(self, observations, rng, goals=None, best_of_n=None):
@@ -282,7 +278,7 @@ class DQCAgent(flax.struct.PyTreeNode):
             t = jnp.full((*actions.shape[:-1], 1), i / cfg["flow_steps"])  # (N, *B, 1)
             actions = actions + self.network.select("actor_bc")(observations, actions, t) / cfg["flow_steps"]
         actions = jnp.clip(actions, -1, 1)  # (N, *B, hA)
-        q = _aggregate(
+        q = aggregate(
             _logits(self.network, cfg, "action_critic", observations, goals, actions), cfg["q_agg"]
         )  # (N, *B)
         best = jnp.argmax(q, axis=0)  # (*B,)
@@ -332,77 +328,34 @@ class DQCAgent(flax.struct.PyTreeNode):
         return cls(rng=rng, network=network, config=flax.core.FrozenDict(config))
 
 
-@jax.jit
-def _scan_updates(agent, batches):
-    agent, infos = jax.lax.scan(DQCAgent._update, agent, batches)
-    return agent, jax.tree_util.tree_map(jnp.mean, infos)
-
-
 def check_config(config):
     """A plain-dict copy of `config` (lists as tuples, hashable for jit) with every key checked.
 
     Raises `ValueError` (`--agent.KEY must be ..., got ...`) for a bad value, and for an unknown or
     missing key.
     """
-    config = dict(config.to_dict() if hasattr(config, "to_dict") else config)
-    config = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
-    known = set(get_config().keys())
-    unknown = sorted(set(config) - known)
-    if unknown:
-        raise ValueError(
-            f"config key(s) {unknown} are not keys of the dqc agent (is --agent.agent_name or the --agent config "
-            f"file the right one?); its keys are {sorted(known)}."
-        )
-    missing = sorted(known - set(config))
-    if missing:
-        raise ValueError(f"config of the dqc agent lacks the key(s) {missing}.")
-
-    def number(v, low, high, low_open=True, high_open=True):
-        return (
-            common.is_number(v)
-            and (v > low if low_open else v >= low)
-            and (high is None or (v < high if high_open else v <= high))
-        )
-
-    def dims(v):
-        return isinstance(v, tuple) and len(v) >= 1 and all(common.is_int(d, 1) for d in v)
-
-    checks = {
-        "agent_name": (config["agent_name"] == "dqc", "'dqc'"),
-        "lr": (number(config["lr"], 0, None), "a number > 0"),
-        "batch_size": (common.is_int(config["batch_size"], 1), "an int >= 1"),
-        "actor_hidden_dims": (dims(config["actor_hidden_dims"]), "a non-empty tuple of ints >= 1"),
-        "value_hidden_dims": (dims(config["value_hidden_dims"]), "a non-empty tuple of ints >= 1"),
-        "discount": (number(config["discount"], 0, 1), "a number in (0, 1)"),
-        "tau": (number(config["tau"], 0, 1, high_open=False), "a number in (0, 1]"),
-        "num_qs": (common.is_int(config["num_qs"], 1), "an int >= 1"),
-        "q_agg": (config["q_agg"] in common.Q_AGGS, f"one of {common.Q_AGGS}"),
-        "flow_steps": (common.is_int(config["flow_steps"], 1), "an int >= 1"),
-        "backup_horizon": (common.is_int(config["backup_horizon"], 1), "an int >= 1"),
-        "distill_method": (config["distill_method"] in IMPLICIT_LOSSES, f"one of {IMPLICIT_LOSSES}"),
-        "kappa_d": (number(config["kappa_d"], 0, 1), "a number in (0, 1)"),
-        "implicit_backup_type": (config["implicit_backup_type"] in IMPLICIT_LOSSES, f"one of {IMPLICIT_LOSSES}"),
-        "kappa_b": (number(config["kappa_b"], 0, 1), "a number in (0, 1)"),
-        "best_of_n": (common.is_int(config["best_of_n"], 1), "an int >= 1"),
-        "ob_dims": (config["ob_dims"] is None or dims(config["ob_dims"]), "None or a tuple of ints >= 1"),
-        "action_dim": (config["action_dim"] is None or common.is_int(config["action_dim"], 1), "None or an int >= 1"),
-    }
-    for key in ("layer_norm", "actor_layer_norm", "value_geom_sample", "use_chunk_critic"):
-        checks[key] = (isinstance(config[key], bool), "True or False")
+    c = common.plain_config(config, get_config(), "dqc")
+    common.check_shared(c, "dqc")
+    expect, is_int, is_number = common.expect, common.is_int, common.is_number
+    # Difference from the reference: it accepts any discount; gamma^k needs one in (0, 1).
+    expect(c, "discount", is_number(c["discount"], 0, 1, low_open=True, high_open=True), "a number in (0, 1)")
+    expect(c, "flow_steps", is_int(c["flow_steps"], 1), "an int >= 1")
+    expect(c, "backup_horizon", is_int(c["backup_horizon"], 1), "an int >= 1")
+    horizon = c["backup_horizon"]
+    ok = is_int(c["policy_chunk_size"], 1) and c["policy_chunk_size"] <= horizon
+    expect(c, "policy_chunk_size", ok, f"an int in [1, backup_horizon={horizon}]")
+    for key in ("distill_method", "implicit_backup_type"):
+        expect(c, key, c[key] in IMPLICIT_LOSSES, f"one of {IMPLICIT_LOSSES}")
+    for key in ("kappa_d", "kappa_b"):
+        expect(c, key, is_number(c[key], 0, 1, low_open=True, high_open=True), "a number in (0, 1)")
+    expect(c, "best_of_n", is_int(c["best_of_n"], 1), "an int >= 1")
     for key in ("value_p_curgoal", "value_p_trajgoal", "value_p_randomgoal"):
-        checks[key] = (number(config[key], 0, 1, low_open=False, high_open=False), "a number in [0, 1]")
-    horizon = config["backup_horizon"] if checks["backup_horizon"][0] else None
-    checks["policy_chunk_size"] = (
-        common.is_int(config["policy_chunk_size"], 1) and (horizon is None or config["policy_chunk_size"] <= horizon),
-        f"an int in [1, backup_horizon={horizon}]",
-    )
-    for key, (ok, what) in checks.items():
-        if not ok:
-            raise ValueError(f"--agent.{key} must be {what}, got {config[key]!r}.")
-    p_sum = config["value_p_curgoal"] + config["value_p_trajgoal"] + config["value_p_randomgoal"]
+        expect(c, key, is_number(c[key], 0, 1), "a number in [0, 1]")
+    common.check_types(c, get_config())
+    p_sum = c["value_p_curgoal"] + c["value_p_trajgoal"] + c["value_p_randomgoal"]
     if abs(p_sum - 1.0) > 1e-6:
         raise ValueError(f"--agent.value_p_randomgoal must make the three goal probabilities sum to 1, got {p_sum!r}.")
-    return config
+    return c
 
 
 def get_config():
@@ -443,3 +396,91 @@ def get_config():
             action_dim=placeholder(int),  # Single-step action size; filled in by create().
         )
     )
+
+
+# ---- the paper's methods (experiments/reproduce.py of the release; DESIGN: Li, Park, Levine 2026) ------------
+
+# kappa_b / kappa_d per (use_chunk_critic, h, h_a) and domain; kappa_d only where a chunk critic is distilled.
+# Order of the domains: cube-triple, cube-quadruple, cube-octuple, humanoidmaze-giant, puzzle-4x5, puzzle-4x6.
+PAPER_DOMAINS = ("cube-triple", "cube-quadruple", "cube-octuple", "humanoidmaze-giant", "puzzle-4x5", "puzzle-4x6")
+_KAPPAS = {
+    ("DQC h=25 h_a=5", True, 25, 5): [(0.93, 0.8), (0.93, 0.8), (0.93, 0.5), (0.5, 0.8), (0.9, 0.5), (0.7, 0.5)],
+    ("DQC h=25 h_a=1", True, 25, 1): [(0.93, 0.8), (0.93, 0.8), (0.93, 0.5), (0.5, 0.8), (0.9, 0.5), (0.7, 0.5)],
+    ("DQC h=5 h_a=1", True, 5, 1): [(0.5, 0.8), (0.5, 0.8), (0.93, 0.5), (0.5, 0.5), (0.5, 0.5), (0.5, 0.5)],
+    ("QC h=25", False, 25, 25): [0.93, 0.93, 0.93, 0.5, 0.9, 0.7],
+    ("QC h=5", False, 5, 5): [0.93, 0.93, 0.93, 0.5, 0.9, 0.7],
+    ("QC-NS n=25 h_a=5", False, 25, 5): [0.93, 0.93, 0.93, 0.5, 0.7, 0.5],
+    ("NS n=25", False, 25, 1): [0.5, 0.5, 0.97, 0.5, 0.7, 0.7],
+    ("NS n=5", False, 5, 1): [0.5, 0.7, 0.5, 0.5, 0.5, 0.5],
+    ("OS", False, 1, 1): [0.5, 0.7, 0.7, 0.5, 0.7, 0.7],
+}
+# --method names of the labels above.
+_NAMES = {
+    "DQC h=25 h_a=5": "dqc",
+    "DQC h=25 h_a=1": "dqc-h25-ha1",
+    "DQC h=5 h_a=1": "dqc-h5-ha1",
+    "QC h=25": "qc-h25",
+    "QC h=5": "qc-h5",
+    "QC-NS n=25 h_a=5": "qc-ns",
+    "NS n=25": "ns-n25",
+    "NS n=5": "ns-n5",
+    "OS": "os",
+}
+# Not in the paper: smaller domains of the same kind borrow these rows (for CPU-sized runs).
+BORROWED = {
+    "cube-single": "cube-triple",
+    "cube-double": "cube-triple",
+    "puzzle-3x3": "puzzle-4x5",
+    "puzzle-4x4": "puzzle-4x5",
+}
+
+
+def _method(label, chunk_critic, h, h_a, kappas):
+    settings = {
+        "agent.use_chunk_critic": chunk_critic,
+        "agent.backup_horizon": h,
+        "agent.policy_chunk_size": h_a,
+        "agent.num_qs": 2,
+        "agent.distill_method": "expectile",
+        "agent.implicit_backup_type": "quantile",
+        "online_steps": 0,  # offline only
+    }
+    if label.startswith("QC h="):
+        settings["action_chunk_eval_sizes"] = "0,1,5"  # DQC-naive: only the first actions of each chunk
+    per_domain = {}
+    for domain, value in zip(PAPER_DOMAINS, kappas, strict=True):
+        kappa_b, kappa_d = value if isinstance(value, tuple) else (value, None)
+        row = {"agent.kappa_b": kappa_b, "agent.q_agg": "min" if domain.startswith("cube") else "mean"}
+        if kappa_d is not None:
+            row["agent.kappa_d"] = kappa_d
+        per_domain[domain] = row
+    entry = common.Method(label, settings, per_domain, source="ColinQiyangLi/dqc experiments/reproduce.py")
+    return _NAMES[label], dataclasses.replace(entry, borrowed=BORROWED)
+
+
+METHODS = dict(_method(*key, kappas) for key, kappas in _KAPPAS.items())
+
+
+def method_of(config):
+    """The paper method (`--method` name) of a resolved config: chunk critic or not, h and h_a; None if none."""
+    key = (config.get("use_chunk_critic"), config.get("backup_horizon"), config.get("policy_chunk_size"))
+    return next((name for name, m in METHODS.items() if key == _identity(m)), None)
+
+
+def _identity(method):
+    s = method.settings
+    return s["agent.use_chunk_critic"], s["agent.backup_horizon"], s["agent.policy_chunk_size"]
+
+
+SPEC = common.AgentSpec(
+    name="dqc",
+    agent_class=DQCAgent,
+    get_config=get_config,
+    check_config=check_config,
+    drivers=("main",),
+    batch_keys=BATCH_KEYS,
+    methods=METHODS,
+    method_of=method_of,
+    short_names={"agent.backup_horizon": "h", "agent.policy_chunk_size": "h_a"},
+    goal_conditioned=True,
+)

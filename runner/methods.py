@@ -52,16 +52,26 @@ def check_method(driver: str, method: str) -> AgentSpec:
     raise ValueError(message + ".")
 
 
+def _borrowed(entry: Optional[Method] = None) -> Dict[str, str]:
+    """Domains outside the papers and the paper domain whose values they take (for `entry`, or any method)."""
+    if entry is not None:
+        return {**BORROWED_DOMAINS, **entry.borrowed}
+    every = {
+        d: row for spec in agents.REGISTRY.values() for m in spec.methods.values() for d, row in m.borrowed.items()
+    }
+    return {**every, **BORROWED_DOMAINS}
+
+
 def _all_domains() -> List[str]:
     domains = {d for spec in agents.REGISTRY.values() for m in spec.methods.values() for d in m.per_domain}
     return sorted(domains) + [f"{d} (with {row}'s values)" for d, row in BORROWED_DOMAINS.items()]
 
 
-def _parse(env_name: str, known: Optional[List[str]] = None) -> Tuple[str, str]:
-    known = known if known is not None else _all_domains()
+def _parse(env_name: str) -> Tuple[str, str]:
+    known = {d for spec in agents.REGISTRY.values() for m in spec.methods.values() for d in m.per_domain}
     for pattern in (_OGBENCH_RE, _ROBOMIMIC_RE):
         m = pattern.match(env_name)
-        if m and (m["domain"] in known or m["domain"] in BORROWED_DOMAINS):
+        if m and (m["domain"] in known or m["domain"] in _borrowed()):
             return m["domain"], m["type"]
     raise ValueError(
         f"no paper settings for --env_name={env_name}: its domain is not one of the papers' tables "
@@ -75,12 +85,14 @@ def domain_of(env_name: str) -> str:
     return _parse(env_name)[0]
 
 
-def note(env_name: str) -> Optional[str]:
-    """Where the settings for `env_name` are not the paper's own, why (else `None`)."""
+def note(env_name: str, method: Optional[str] = None) -> Optional[str]:
+    """Where the settings for `env_name` (with `method`'s values, if given) are not the paper's own, why."""
     domain, data_type = _parse(env_name)
+    owner = agents.method_owner(method) if method else None
+    borrowed = _borrowed(owner.methods[method] if owner else None)
     notes = []
-    if domain in BORROWED_DOMAINS:
-        notes.append(f"{domain} is not in the paper: {BORROWED_DOMAINS[domain]}'s values")
+    if domain in borrowed and (owner is None or domain not in owner.methods[method].per_domain):
+        notes.append(f"{domain} is not in the paper: {borrowed[domain]}'s values")
     if data_type in PAPER_DATA:
         notes.append(f"the paper tuned these values on the {PAPER_DATA[data_type]} data, not {data_type}")
     return "; ".join(notes) or None
@@ -93,7 +105,7 @@ def _preset(driver: str, method: str, env_name: str) -> Dict[str, object]:
         domain = domain_of(env_name)
     except ValueError as e:
         raise ValueError(f"--method={method}: {e}") from None
-    row = entry.per_domain.get(BORROWED_DOMAINS.get(domain, domain))
+    row = entry.per_domain.get(domain) or entry.per_domain.get(_borrowed(entry).get(domain))
     if row is None:
         raise ValueError(
             f"--method={method}: the paper has no values for {domain} (its domains: {', '.join(entry.per_domain)})."
@@ -237,5 +249,5 @@ def describe(driver: str, method: str, env_name: str) -> str:
     the paper's own (`note`). Raises like `preset`."""
     values = preset(driver, method, env_name)
     line = f"{method} on {domain_of(env_name)}: " + " ".join(_flag(name, value) for name, value in values.items())
-    extra = note(env_name)
+    extra = note(env_name, method)
     return f"{line} ({extra})" if extra else line

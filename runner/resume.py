@@ -1,24 +1,10 @@
-"""Full run state: everything a killed run needs to continue exactly, written atomically, no pickle.
+"""Run states and `--resume` (the README's "Resume and preemption" tells the story).
 
-Layout: `<run_dir>/state/step_<global step, 12 digits>/` holding
-
-* `agent.msgpack`: the agent (parameters, optimizer state, RNG) in flax msgpack serialization;
-* `buffer/<field>.npy` and the buffer's `pointer`/`size` (online phase only), `np.save` without pickle;
-* `state.json`: phase and step counters, every numpy generator state (offline sampler, replay buffer,
-  training env), the collector's JAX key, the shard in use, the number of rows of every CSV file,
-  the wandb run id and the format version;
-* `COMPLETE`: written last.
-
-A state is written into `state/.tmp_<name>_<pid>/` and renamed into place (`os.rename` of a directory
-is atomic), so a half-written state is never read: `latest_state` takes the newest directory that
-has `COMPLETE` and a readable `state.json` and skips any other. The newest `keep` states are kept.
-
-Safe points: every step. Online, an episode in progress is saved as the environment's random
-generator state before the episode's reset, the actions executed since and the rest of the current
-chunk (`evaluation.OnlineCollector.state`); resuming resets the environment from that generator state
-and replays the actions (MuJoCo is deterministic), checks that the replay reaches the saved
-observation exactly, and continues. With `--num_seeds` every seed's state is written at the same
-step and old states are pruned only once all seeds have written.
+A state is `<run_dir>/state/step_<global step, 12 digits>/`: `agent.msgpack` (flax msgpack),
+`buffer/<field>.npy` (online phase; `np.save`, no pickle), `state.json` (step counters, generator
+states, the collector, the shard in use, CSV row counts, the wandb id, `FORMAT_VERSION`) and
+`COMPLETE`, written last. It is written into `state/.tmp_<name>_<pid>/` and renamed into place (atomic),
+so a half-written state is never read.
 """
 
 import fcntl

@@ -277,9 +277,9 @@ def _stacked_random_batches(rng, utd, batch_size, h=5, obs_dim=40, action_dim=5)
 def section_seeds(args, rows):
     import jax
     import numpy as np
-    import seed_group
 
     from agents import acfql
+    from runner import seed_group
 
     config = _config(acfql, args)
     for s in _ints(args.seeds):
@@ -294,11 +294,13 @@ def section_seeds(args, rows):
             batches = [
                 jax.device_put({k: np.stack([p[j][k] for p in per_seed]) for k in per_seed[0][j]}) for j in range(4)
             ]
-        counter = {"i": 0}
+        state = {"i": 0, "agent": group.agent}
+        update = group.update_fn()
 
-        def step(group=group, batches=batches, counter=counter):
-            counter["i"] += 1
-            return group.update(batches[counter["i"] % len(batches)])
+        def step(batches=batches, state=state, update=update):
+            state["i"] += 1
+            state["agent"], info = update(state["agent"], batches[state["i"] % len(batches)])
+            return info
 
         ours = s * args.steps / _timed(step, args.steps)
         theirs = None
