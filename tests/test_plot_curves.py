@@ -109,6 +109,7 @@ def sweep(tmp_path):
     for method, task, seed, record, rows in _records():
         write_run(group / f"20261130_1200{seed}{task}_{method}_cube-double-task{task}_sd{seed:03d}", record, rows)
     (group / "notes").mkdir()  # a directory without runs is searched and skipped
+    (group / "notes" / "todo.txt").write_text("more seeds\n")
     return group
 
 
@@ -259,7 +260,7 @@ def test_bootstrap_ragged_tasks_and_iqm():
     point, low, high, _ = pc.bootstrap_curve([np.array([[0.0], [0.2], [0.4], [1.0]])], "iqm", REPS, 0)
     assert point[0] == pytest.approx(0.3) and 0.0 <= low[0] <= point[0] <= high[0] <= 1.0
     # In the figure a value between two gaps gets its own marker and CI bar (no line reaches it).
-    assert pc._isolated(np.array([0.1, NAN, 0.2, 0.3, NAN, 0.4])) == [0, 5]
+    assert pc.plot_figure._isolated(np.array([0.1, NAN, 0.2, 0.3, NAN, 0.4])) == [0, 5]
 
 
 def test_online_only_runs_start_at_the_offline_steps(sweep):
@@ -392,7 +393,7 @@ def test_bad_input_is_one_error_line(case, sweep, tmp_path, capsys):
     run_dir = sorted(glob.glob(str(sweep / "*")))[0]
     if case == "empty_dir":
         (tmp_path / "empty").mkdir()
-        argv, message = [str(tmp_path / "empty"), out], "no run directories"
+        argv, message = [str(tmp_path / "empty"), out], "empty: no run directory (a directory with a flags.json)"
     elif case == "missing_path":
         argv, message = [str(tmp_path / "nope"), out], "no such file or directory"
     elif case == "bad_header":
@@ -402,13 +403,13 @@ def test_bad_input_is_one_error_line(case, sweep, tmp_path, capsys):
     elif case == "bad_value":
         with open(os.path.join(run_dir, "eval.csv"), "a") as f:
             f.write("12000,high,0,0\n")
-        argv, message = [str(sweep), out], "unreadable eval.csv"
+        argv, message = [str(sweep), out], "eval.csv:5: success 'high' at step 12000 is not a number"
     elif case == "no_args":
         argv, message = [out], "no runs given"
     else:
         with open(os.path.join(run_dir, "flags.json"), "w") as f:
             json.dump({"flags": {"env_name": "cube-double-play-singletask-task1-v0"}}, f)
-        argv, message = [str(sweep), out], "has no 'agent'"
+        argv, message = [str(sweep), out], "flags.json: malformed run config: no 'agent' record"
     assert pc.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
