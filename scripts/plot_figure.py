@@ -67,6 +67,24 @@ def _styles(curves: Sequence[Curve]) -> Dict[str, Tuple[str, str]]:
     return styles
 
 
+def legend_plan(curves: Sequence[Curve], paper: Dict, per_task: bool):
+    """What the figure draws besides the runs' curves: `(styles, paper methods, groups, legend, columns)`.
+
+    `styles`: `{label: (colour, marker)}`; `paper methods`: the methods whose released curve is drawn (only
+    runs' paper methods, never a label's); `groups`: `(label, paper method or None)` in legend order;
+    `legend`: `(name, style, dashed)` entries, `''` for a blank; `columns`: legend columns.
+    """
+    styles = _styles(curves)
+    paper_methods = sorted(
+        {c.method for c in curves if paper and _panel_paper(curves, paper, c.panel, c.method, per_task)},
+        key=lambda method: label_key(method, method),
+    )
+    num_panels = len({c.panel for c in curves})
+    groups = [(label, next(c.method for c in curves if c.label == label)) for label in sorted_labels(curves)]
+    legend, columns = _legend_entries(groups, paper_methods, styles, legend_columns(num_panels, per_task))
+    return styles, paper_methods, groups, legend, columns
+
+
 def draw_figure(
     curves: Sequence[Curve],
     paper: Dict,
@@ -84,15 +102,8 @@ def draw_figure(
     from matplotlib.transforms import blended_transform_factory
 
     panels = list(dict.fromkeys(c.panel for c in curves))
-    styles = _styles(curves)
-    paper_methods = sorted(
-        {c.method for c in curves if paper and _panel_paper(curves, paper, c.panel, c.method, per_task)},
-        key=lambda method: label_key(method, method),
-    )
+    styles, paper_methods, groups, legend, columns = legend_plan(curves, paper, per_task)
     nrows, ncols = panel_grid(len(panels), per_task)
-    max_columns = legend_columns(len(panels), per_task)
-    groups = [(label, next(c.method for c in curves if c.label == label)) for label in sorted_labels(curves)]
-    legend, columns = _legend_entries(groups, paper_methods, styles, max_columns)
     width, height = figure_size(len(panels), math.ceil(len(legend) / columns), per_task)
     fig, axes = plt.subplots(nrows, ncols, figsize=(width, height), layout="constrained", squeeze=False)
     stat = "IQM" if aggregate == "iqm" else "Success rate"
