@@ -48,15 +48,11 @@ and domain and per label and task, beside the paper's numbers; `(k of n runs)` w
 from fewer runs than the group has) and `curves.csv` (every plotted point, with `runs`, the runs
 behind the value, and `runs_in_group`).
 
-Refused inputs end with one `error:` line naming the file and exit status 2: an argument that matches
-nothing or holds no run directory; a `flags.json` that is unreadable or lacks what a label needs (the
-`flags` and `agent` records, the env name, seed and agent name, a key its registered agent reads to
-tell the method); an `eval.csv` that is unreadable, lacks the `step` or `success` column, has a step
-that is no whole number, a success that is no number or outside [0, 1], or steps that repeat or go
-backwards (two processes writing the same run: the file and line are named), or that has no
-`flags.json` beside it; wandb unreachable. Warnings name the run: a run without an `eval.csv` or an
-evaluation row yet and an empty directory are skipped; each step whose success is empty or NaN is
-left out of that run's values; a driver other than `main` or `main_online` is placed as `main.py`'s.
+Bad inputs. A file the plot cannot use (a `flags.json` that lacks what the label needs, an `eval.csv`
+with an unreadable cell, a success outside [0, 1], or steps that repeat or go backwards) is refused
+with one `error:` line naming the file (and line) and exit status 2 (`InputError`); what the plot can
+go on without (a NaN or empty success, a run without evaluations yet, an empty directory) is a
+`warning:` line naming the run. The full list: README.md, "Plotting the paper's curves".
 """
 
 import argparse

@@ -1,7 +1,7 @@
 """The runs of scripts/plot_curves.py: run directories, `eval.csv`, `flags.json` and wandb; labels and order.
 
 What is read, how runs are labelled, what is refused and what is warned about: the docstring of
-scripts/plot_curves.py ("Inputs", "Groups", "Refused inputs"), told once there.
+scripts/plot_curves.py ("Inputs", "Groups", "Bad inputs"), told once there.
 """
 
 import csv
@@ -274,7 +274,8 @@ def make_run(source: str, config_file: str, record: Dict, rows: Iterable[Tuple[i
             f"{source}: no success value (NaN or empty) at step(s) {_steps_text(missing)}: left out there "
             "(table.md and curves.csv count the runs behind each value)"
         )
-    domain, task = domain_and_task(flags["env_name"], record.get("task_id"))
+    task_id = record.get("task_id")
+    domain, task = domain_and_task(flags["env_name"], None if task_id is None else _count(task_id, "task_id", 1))
     return Run(
         source=source,
         method=method,
@@ -354,9 +355,9 @@ def find_run_dirs(arguments: Sequence[str]) -> List[str]:
                     continue
                 if "eval.csv" in files:
                     raise InputError(f"{os.path.join(root, 'eval.csv')}: no flags.json beside it (the run's config)")
-                dirs[:] = sorted(d for d in dirs if d not in ("wandb", "checkpoints"))
                 if not dirs and not files and root != path:
                     warn(f"skipping {os.path.normpath(root)}: an empty directory")
+                dirs[:] = sorted(d for d in dirs if d not in ("wandb", "checkpoints"))
         if len(found) == before:
             raise InputError(f"{argument}: no run directory (a directory with a flags.json) in it")
     return list(found)

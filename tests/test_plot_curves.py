@@ -610,6 +610,7 @@ def test_inputs_that_are_warned_about_name_the_run(case, sweep, tmp_path, capsys
         (run_dir / "eval.csv").write_text("")
     elif case == "empty_directory":
         (sweep / "never_started").mkdir()
+        (sweep / "only_wandb" / "wandb").mkdir(parents=True)  # not empty, and wandb/ is never searched
     else:
         _rewrite_flags(run_dir, lambda r: r.update(driver="main_dqc"))
     assert pc.main([str(sweep), f"--out_dir={tmp_path}", "--reps=20", "--no_paper"]) == 0
