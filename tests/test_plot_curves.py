@@ -600,6 +600,9 @@ WARNED = {
     "empty_directory": "skipping {sweep}/never_started: an empty directory",
     "unknown_driver": "{run}: driver 'main_dqc' is not main or main_online: its steps are placed as logged (as "
     "main.py's)",
+    # An agent the registry does not know, so no default driver either.
+    "no_driver_of_an_unknown_agent": "{sweep}/toy: flags.json records no driver: its steps are placed as logged "
+    "(as main.py's)",
 }
 
 
@@ -611,8 +614,12 @@ def test_inputs_that_are_warned_about_name_the_run(case, sweep, tmp_path, capsys
     elif case == "empty_directory":
         (sweep / "never_started").mkdir()
         (sweep / "only_wandb" / "wandb").mkdir(parents=True)  # not empty, and wandb/ is never searched
-    else:
+    elif case == "unknown_driver":
         _rewrite_flags(run_dir, lambda r: r.update(driver="main_dqc"))
+    else:
+        record = _toy_record(1, 0)
+        del record["driver"]
+        write_run(sweep / "toy", record, [(4000, 0.2)])
     assert pc.main([str(sweep), f"--out_dir={tmp_path}", "--reps=20", "--no_paper"]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["warning: " + WARNED[case].format(run=run_dir, sweep=sweep)]
