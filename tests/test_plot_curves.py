@@ -1,9 +1,11 @@
-"""scripts/plot_curves.py (paper curves from run directories or wandb) and log_utils' wandb metrics.
+"""scripts/plot_curves.py and its parts (paper curves from run directories or wandb) and log_utils' wandb metrics.
 
-Tiny run directories written here as the drivers write them (`flags.json`: `flags`, `agent`,
-`task_id`, optional `method` and `datasets`; `eval.csv`: `step, success, ...`): QC and QC-FQL on
-cube-double tasks 1 and 2, 3 seeds each, with known success values, one missing evaluation and one
-extra evaluation step. Bootstraps use few resamples to stay fast.
+Tiny run directories written here as the drivers write them (`flags.json`: `driver`, `flags`, `agent`,
+`task_id`, optional `method`, `datasets` and `agent_defaults`; `eval.csv`: `step, success, ...`): QC and
+QC-FQL on cube-double tasks 1 and 2, 3 seeds each, with known success values, one missing evaluation
+and one extra evaluation step; runs of an agent the registry does not know (`toy`) beside them; and
+every kind of input the script refuses (one `error:` line naming the file) or warns about (naming
+the run). Bootstraps use few resamples to stay fast.
 """
 
 import csv
@@ -18,6 +20,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import agents
 from log_utils import Logger, define_wandb_metrics, setup_wandb
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -54,7 +57,6 @@ DOMAIN_MEANS = {"QC": [0.3, NAN, 0.5, 0.75], "QC-FQL": [0.2, NAN, 0.45, 0.5]}
 
 def _record(agent, env_name, seed, task_id, offline_steps=OFFLINE, online_steps=ONLINE, h=5, datasets=None):
     flags = {
-        "driver": "main" if agent["agent_name"] == "acfql" else "main_online",
         "env_name": env_name,
         "seed": seed,
         "offline_steps": offline_steps,
@@ -65,6 +67,7 @@ def _record(agent, env_name, seed, task_id, offline_steps=OFFLINE, online_steps=
         "method": None,
     }
     record = {
+        "driver": "main_online" if agent["agent_name"] == "acrlpd" else "main",
         "flags": flags,
         "agent": {**agent, "horizon_length": h, "discount": 0.99, "batch_size": 256},
         "task_id": task_id,
@@ -109,6 +112,7 @@ def sweep(tmp_path):
     for method, task, seed, record, rows in _records():
         write_run(group / f"20261130_1200{seed}{task}_{method}_cube-double-task{task}_sd{seed:03d}", record, rows)
     (group / "notes").mkdir()  # a directory without runs is searched and skipped
+    (group / "notes" / "todo.txt").write_text("more seeds\n")
     return group
 
 
@@ -259,7 +263,7 @@ def test_bootstrap_ragged_tasks_and_iqm():
     point, low, high, _ = pc.bootstrap_curve([np.array([[0.0], [0.2], [0.4], [1.0]])], "iqm", REPS, 0)
     assert point[0] == pytest.approx(0.3) and 0.0 <= low[0] <= point[0] <= high[0] <= 1.0
     # In the figure a value between two gaps gets its own marker and CI bar (no line reaches it).
-    assert pc._isolated(np.array([0.1, NAN, 0.2, 0.3, NAN, 0.4])) == [0, 5]
+    assert pc.plot_figure._isolated(np.array([0.1, NAN, 0.2, 0.3, NAN, 0.4])) == [0, 5]
 
 
 def test_online_only_runs_start_at_the_offline_steps(sweep):
@@ -386,33 +390,136 @@ def test_wandb_unreachable_is_one_error_line(tmp_path, capsys):
     assert err == ["error: cannot read wandb project me/qc: ConnectionError: Max retries exceeded with url: /graphql"]
 
 
-@pytest.mark.parametrize("case", ["empty_dir", "missing_path", "bad_header", "bad_value", "no_args", "bad_flags"])
-def test_bad_input_is_one_error_line(case, sweep, tmp_path, capsys):
-    out = f"--out_dir={tmp_path / 'out'}"
-    run_dir = sorted(glob.glob(str(sweep / "*")))[0]
+def _append(path, text):
+    with open(path, "a") as f:
+        f.write(text)
+
+
+def _rewrite_flags(run_dir, change):
+    path = os.path.join(run_dir, "flags.json")
+    with open(path) as f:
+        record = json.load(f)
+    change(record)
+    with open(path, "w") as f:
+        json.dump(record, f)
+
+
+def _bad_input(case, sweep, tmp_path):
+    """`(arguments, the error after 'error: ')` of one bad input; `run_dir` is QC-FQL task 1 seed 0."""
+    run_dir = str(sweep / "20261130_120001_QC-FQL_cube-double-task1_sd000")
+    csv_path, flags_path = os.path.join(run_dir, "eval.csv"), os.path.join(run_dir, "flags.json")
+    no_runs = f"{tmp_path / 'empty'}: no run directory (a directory with a flags.json) in it"
     if case == "empty_dir":
         (tmp_path / "empty").mkdir()
-        argv, message = [str(tmp_path / "empty"), out], "no run directories"
-    elif case == "missing_path":
-        argv, message = [str(tmp_path / "nope"), out], "no such file or directory"
-    elif case == "bad_header":
-        with open(os.path.join(run_dir, "eval.csv"), "w") as f:
+        return [tmp_path / "empty"], no_runs
+    if case == "an_argument_without_runs":  # beside a sweep that has runs
+        (tmp_path / "empty").mkdir()
+        return [sweep, tmp_path / "empty"], no_runs
+    if case == "missing_path":
+        return [tmp_path / "nope"], f"{tmp_path / 'nope'}: no such file or directory"
+    if case == "no_args":
+        return [], "no runs given: pass run directories, a sweep directory or globs, or --wandb_project"
+    if case == "bad_header":
+        with open(csv_path, "w") as f:
             f.write("a;b\n1;2\n")
-        argv, message = [str(sweep), out], "unreadable eval.csv"
-    elif case == "bad_value":
-        with open(os.path.join(run_dir, "eval.csv"), "a") as f:
-            f.write("12000,high,0,0\n")
-        argv, message = [str(sweep), out], "unreadable eval.csv"
-    elif case == "no_args":
-        argv, message = [out], "no runs given"
-    else:
-        with open(os.path.join(run_dir, "flags.json"), "w") as f:
-            json.dump({"flags": {"env_name": "cube-double-play-singletask-task1-v0"}}, f)
-        argv, message = [str(sweep), out], "has no 'agent'"
-    assert pc.main(argv) == 2
+        return [sweep], f"{csv_path}: unreadable eval.csv: no 'step' and 'success' columns (header: ['a;b'])"
+    if case == "eval_csv_without_flags_json":
+        os.remove(flags_path)
+        return [sweep], f"{csv_path}: no flags.json beside it (the run's config)"
+    # eval.csv rows the plot cannot use: the file and line named (the run has 3 rows, lines 2-4).
+    rows = {
+        "non_numeric_success": ("12000,high,0,0\n", "success 'high' at step 12000 is not a number"),
+        "success_above_one": ("12000,1.5,0,0\n", "success '1.5' at step 12000 is not a success rate in [0, 1]"),
+        "infinite_success": ("12000,inf,0,0\n", "success 'inf' at step 12000 is not a success rate in [0, 1]"),
+        "empty_step": (",0.5,0,0\n", "step must be a whole number >= 0, got ''"),
+        "fractional_step": ("12000.5,0.5,0,0\n", "step must be a whole number >= 0, got '12000.5'"),
+    }
+    if case in rows:
+        row, message = rows[case]
+        _append(csv_path, row)
+        return [sweep], f"{csv_path}:5: {message}"
+    # flags.json records the plot cannot use: the file named.
+    if case == "flags_json_unreadable":
+        with open(flags_path, "w") as f:
+            f.write('{"flags": ')
+        return [sweep], f"{flags_path}: unreadable: Expecting value: line 1 column 11 (char 10)"
+    if case == "flags_json_not_an_object":
+        with open(flags_path, "w") as f:
+            f.write("[1, 2]")
+        return [sweep], f"{flags_path}: not a JSON object"
+    changes = {
+        "no_agent_record": (lambda r: r.pop("agent"), "malformed run config: no 'agent' record (the agent's config)"),
+        "no_agent_name": (
+            lambda r: r["agent"].pop("agent_name"),
+            "malformed run config: agent.agent_name must be the agent's name, got None",
+        ),
+        "bad_agent_defaults": (
+            lambda r: r.update(agent_defaults=[1]),
+            "malformed run config: 'agent_defaults' is not a JSON object",
+        ),
+        "bad_seed": (
+            lambda r: r["flags"].update(seed="one"),
+            "malformed run config: flags.seed must be a whole number >= 0, got 'one'",
+        ),
+        # A key the registered agent reads to tell the method: no label can be given.
+        "missing_agent_key": (
+            lambda r: r["agent"].pop("horizon_length"),
+            "the agent config has no 'horizon_length', which agent 'acfql' reads to tell its paper method",
+        ),
+    }
+    change, message = changes[case]
+    _rewrite_flags(run_dir, change)
+    return [sweep], f"{flags_path}: {message}"
+
+
+BAD_INPUTS = [
+    "empty_dir",
+    "an_argument_without_runs",
+    "missing_path",
+    "no_args",
+    "bad_header",
+    "eval_csv_without_flags_json",
+    "non_numeric_success",
+    "success_above_one",
+    "infinite_success",
+    "empty_step",
+    "fractional_step",
+    "flags_json_unreadable",
+    "flags_json_not_an_object",
+    "no_agent_record",
+    "no_agent_name",
+    "bad_agent_defaults",
+    "bad_seed",
+    "missing_agent_key",
+]
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_bad_input_is_one_error_line_naming_the_file(case, sweep, tmp_path, capsys):
+    paths, message = _bad_input(case, sweep, tmp_path)
+    assert pc.main([str(p) for p in paths] + [f"--out_dir={tmp_path / 'out'}", "--reps=20"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert err == [f"error: {message}"]
     assert not os.path.exists(tmp_path / "out" / "curves.png")
+
+
+@pytest.mark.parametrize(
+    "rows,message",
+    [
+        ("4000,0.1\n8000,0.3\n8000,0.4\n10000,0.5\n", "eval.csv:4: step 8000 repeats"),
+        ("4000,0.1\n8000,0.3\n10000,0.5\n6000,0.4\n", "eval.csv:5: step 6000 goes backwards after step 10000"),
+        # Two processes appending the same run: their rows interleave.
+        ("4000,0.1\n4000,0.1\n8000,0.3\n8000,0.35\n", "eval.csv:3: step 4000 repeats"),
+        # A NaN row still has a step: the order is checked on every row.
+        ("4000,0.1\n8000,nan\n6000,0.2\n", "eval.csv:4: step 6000 goes backwards after step 8000"),
+    ],
+)
+def test_steps_that_repeat_or_go_backwards_are_refused(rows, message, sweep, tmp_path, capsys):
+    run_dir = sweep / "20261130_120001_QC_cube-double-task1_sd000"
+    (run_dir / "eval.csv").write_text("step,success\n" + rows)
+    assert pc.main([str(sweep), f"--out_dir={tmp_path}", "--reps=20"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {run_dir}/{message}; steps must increase (two processes writing the same run?)"]
 
 
 def test_argument_errors_and_help(capsys):
@@ -432,6 +539,191 @@ def test_a_run_without_evaluations_is_skipped(sweep, tmp_path, capsys):
     assert len(pc.find_run_dirs([str(sweep)])) == 13
     assert pc.main([str(sweep), f"--out_dir={tmp_path}", "--reps=20", "--no_paper"]) == 0
     assert "warning: skipping" in capsys.readouterr().err
+
+
+def _curves_csv(out):
+    with open(out / "curves.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def _table_rows(out, label):
+    """The cells of every table.md row of `label` (domain rows first, then task rows)."""
+    lines = (out / "table.md").read_text().splitlines()
+    return [[c.strip() for c in line.strip("|").split(" | ")] for line in lines if line.startswith(f"| {label} |")]
+
+
+def test_a_nan_or_empty_success_is_left_out_with_a_warning_and_counted(sweep, tmp_path, capsys):
+    # QC task 1 (seeds: 0.1 0.3 0.5 / 0.2 0.4 0.6 / 0.3 0.5 1.0 at 4000, 8000, 10000): seed 2's success at
+    # 8000 is NaN, seed 1's at 10000 an empty cell.
+    seed1 = sweep / "20261130_120011_QC_cube-double-task1_sd001"
+    seed2 = sweep / "20261130_120021_QC_cube-double-task1_sd002"
+    (seed1 / "eval.csv").write_text("step,success\n4000,0.2\n8000,0.4\n10000,\n")
+    (seed2 / "eval.csv").write_text("step,success\n4000,0.3\n8000,nan\n10000,1.0\n")
+    out = tmp_path / "plots"
+    assert pc.main([str(sweep), f"--out_dir={out}", "--reps=50"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    note = "left out there (table.md and curves.csv count the runs behind each value)"
+    assert err == [
+        f"warning: {seed1}: no success value (NaN or empty) at step(s) 10000: {note}",
+        f"warning: {seed2}: no success value (NaN or empty) at step(s) 8000: {note}",
+    ]
+    # Task 1 at 8000: the mean of seeds 0 and 1 only; at 10000 of seeds 0 and 2; the table says so.
+    task1 = _table_rows(out, "QC")[1]
+    assert task1[:5] == ["QC", "cube-double-play-task1", "3", "unknown", "8,000"]
+    assert task1[5].startswith("0.350 [") and task1[5].endswith("] (2 of 3 runs)")
+    assert task1[8].startswith("0.750 [") and task1[8].endswith("] (2 of 3 runs)")
+    domain = _table_rows(out, "QC")[0]
+    assert domain[6].startswith(f"{(0.35 + 0.6) / 2:.3f} [") and domain[6].endswith("(5 of 6 runs)")
+    # curves.csv: the runs behind each value, of the group's 6.
+    points = [r for r in _curves_csv(out) if r["label"] == "QC"]
+    assert [(r["step"], r["value"], r["runs"], r["runs_in_group"]) for r in points] == [
+        ("4000", "0.3", "6", "6"),
+        ("6000", "", "0", "6"),
+        ("8000", f"{(0.35 + 0.6) / 2:.6g}", "5", "6"),
+        ("10000", f"{(0.75 + 0.8) / 2:.6g}", "5", "6"),
+    ]
+
+
+def test_a_task_without_success_values_at_the_end_says_so(sweep, tmp_path):
+    for seed in range(3):
+        run_dir = sweep / f"20261130_1200{seed}1_QC_cube-double-task1_sd{seed:03d}"
+        (run_dir / "eval.csv").write_text("step,success\n4000,0.2\n8000,0.4\n10000,nan\n")
+    out = tmp_path / "plots"
+    assert pc.main([str(sweep), f"--out_dir={out}", "--reps=20", "--per_task"]) == 0
+    assert _table_rows(out, "QC")[1][8] == "— (no success value)"
+    assert _table_rows(out, "QC")[0][9] == "— (no success value)"  # the domain needs every task
+
+
+WARNED = {
+    # A run that has not logged its first evaluation (an empty eval.csv) and an empty directory: skipped.
+    "empty_eval_csv": "skipping {run}: eval.csv has no evaluation row yet",
+    "empty_directory": "skipping {sweep}/never_started: an empty directory",
+    "unknown_driver": "{run}: driver 'main_dqc' is not main or main_online: its steps are placed as logged (as "
+    "main.py's)",
+    # An agent the registry does not know, so no default driver either.
+    "no_driver_of_an_unknown_agent": "{sweep}/toy: flags.json records no driver: its steps are placed as logged "
+    "(as main.py's)",
+}
+
+
+@pytest.mark.parametrize("case", sorted(WARNED))
+def test_inputs_that_are_warned_about_name_the_run(case, sweep, tmp_path, capsys):
+    run_dir = sweep / "20261130_120001_QC-FQL_cube-double-task1_sd000"
+    if case == "empty_eval_csv":
+        (run_dir / "eval.csv").write_text("")
+    elif case == "empty_directory":
+        (sweep / "never_started").mkdir()
+        (sweep / "only_wandb" / "wandb").mkdir(parents=True)  # not empty, and wandb/ is never searched
+    elif case == "unknown_driver":
+        _rewrite_flags(run_dir, lambda r: r.update(driver="main_dqc"))
+    else:
+        record = _toy_record(1, 0)
+        del record["driver"]
+        write_run(sweep / "toy", record, [(4000, 0.2)])
+    assert pc.main([str(sweep), f"--out_dir={tmp_path}", "--reps=20", "--no_paper"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["warning: " + WARNED[case].format(run=run_dir, sweep=sweep)]
+
+
+# ------------------------------------------------------------------------------------------------ other agents
+
+TOY_DEFAULTS = {"toy_weight": 1.0, "lr": 0.0003, "horizon_length": 5, "discount": 0.99, "batch_size": 256}
+
+
+def _toy_record(task, seed, name="toy", defaults=True):
+    """A run of an agent the registry does not know, as a driver that loaded its file writes it."""
+    agent = {"agent_name": name, "toy_weight": 0.5, "lr": 0.0003}
+    record = _record(agent, f"cube-double-play-singletask-task{task}-v0", seed, task)
+    if defaults:
+        record["agent_defaults"] = {"agent_name": name, **TOY_DEFAULTS}
+    return record
+
+
+def test_an_unknown_agent_is_plotted_beside_qc_under_its_own_label(sweep, tmp_path, capsys):
+    for task in (1, 2):
+        for seed in range(2):
+            rows = [(4000, 0.1), (8000, 0.2 + 0.2 * seed), (10000, 0.9)]
+            write_run(sweep / f"toy_t{task}_sd{seed}", _toy_record(task, seed), rows)
+    out = tmp_path / "plots"
+    assert pc.main([str(sweep), f"--out_dir={out}", "--reps=50"]) == 0
+    captured = capsys.readouterr()
+    assert "toy toy_weight=0.5 on cube-double: 2 task(s), 4 run(s)" in captured.out
+    assert captured.err == ""  # its flags.json records its defaults: nothing to explain
+    points = _curves_csv(out)
+    assert {r["label"] for r in points} == {"QC", "QC-FQL", "toy toy_weight=0.5"}
+    toy = [(r["step"], r["value"], r["method"], r["runs"]) for r in points if r["label"] == "toy toy_weight=0.5"]
+    assert toy == [("4000", "0.1", "", "4"), ("6000", "", "", "0"), ("8000", "0.3", "", "4"), ("10000", "0.9", "", "4")]
+    # table.md: its own rows (the domain, then each task), no paper numbers; QC still beside the paper's QC.
+    rows = _table_rows(out, "toy toy_weight=0.5")
+    assert [r[1] for r in rows] == ["cube-double", "cube-double-play-task1", "cube-double-play-task2"]
+    assert rows[0][6].startswith("0.300 [") and all(r[-4] == "—" and r[-1] == "—" for r in rows)
+    assert "(QC, mean of tasks 1, 2)" in _table_rows(out, "QC")[0][7]
+    # The figure: the paper's QC and QC-FQL beside their runs, none for the toy agent, whose style is its own.
+    curves = pc.compute_curves(_runs(sweep), False, "mean", 20, 0, online_offset=0)
+    paper = pc.load_paper(os.path.join(ROOT, "data", "paper"))
+    styles, paper_methods, _, legend, _ = pc.plot_figure.legend_plan(curves, paper, False)
+    assert paper_methods == ["QC", "QC-FQL"]
+    assert [name for name, _, _ in legend if name] == [
+        "QC",
+        "QC (paper)",
+        "QC-FQL",
+        "QC-FQL (paper)",
+        "toy toy_weight=0.5",
+    ]
+    assert styles["toy toy_weight=0.5"] not in (styles["QC"], styles["QC-FQL"])
+
+
+def test_an_agent_named_like_a_paper_method_is_not_that_method():
+    record = _toy_record(2, 0, name="QC")
+    assert pc.label_of(record) == (None, "QC toy_weight=0.5 (not the paper's QC)")
+    assert pc.label_of(_agent_record(**{**QC_AGENT, "critic_target": "max"}))[0] is None
+    assert pc.label_of(_agent_record(**QC_AGENT))[0] == "QC"
+    run = pc.plot_runs.make_run("lookalike", "lookalike/flags.json", record, [(4000, 0.5), (8000, 0.6)])
+    curves = pc.compute_curves([run], False, "mean", 20, 0, online_offset=0)
+    paper = pc.load_paper(os.path.join(ROOT, "data", "paper"))
+    styles, paper_methods, _, legend, _ = pc.plot_figure.legend_plan(curves, paper, False)
+    assert paper_methods == [] and [name for name, _, _ in legend] == ["QC toy_weight=0.5 (not the paper's QC)"]
+    assert styles[run.label] not in pc.METHOD_STYLES.values()
+
+
+def test_labels_that_may_surprise_are_explained_once_per_label(sweep, tmp_path, capsys):
+    # A config with a key the registered acfql lacks (an older or edited copy of the agent under its name),
+    # and an unknown agent whose flags.json records no defaults: both plotted, one warning per label.
+    defaults = agents.REGISTRY["acfql"].get_config().to_dict()
+    for seed in range(2):
+        record = _record({**defaults, **QC_AGENT, "beta": 1.0}, "cube-double-play-singletask-task1-v0", seed, 1)
+        record["agent_defaults"] = {**defaults, "beta": 0.5}
+        write_run(sweep / f"beta_sd{seed}", record, [(4000, 0.2), (8000, 0.4)])
+        write_run(sweep / f"toy_sd{seed}", _toy_record(1, seed, defaults=False), [(4000, 0.2), (8000, 0.4)])
+    assert pc.main([str(sweep), f"--out_dir={tmp_path}", "--reps=20"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    beta_label = pc.label_of(record)[1]
+    assert beta_label.startswith("acfql ") and "beta=1" in beta_label and "QC" not in beta_label
+    toy_label = "toy batch_size=256 discount=0.99 horizon_length=5 lr=0.0003 toy_weight=0.5"
+    assert err == [
+        f"warning: {sweep}/beta_sd0 and 1 other run(s), labelled {beta_label!r}: the config has keys that the "
+        "registered agent 'acfql' lacks (beta): labelled from its own keys, not as a paper method",
+        f"warning: {sweep}/toy_sd0 and 1 other run(s), labelled {toy_label!r}: agent 'toy' is not in the registry "
+        "and flags.json records no agent_defaults: the label lists every key of its config",
+    ]
+    assert {r["label"] for r in _curves_csv(tmp_path)} == {"QC", "QC-FQL", beta_label, toy_label}
+
+
+def test_wandb_nan_and_repeated_steps(tmp_path, capsys):
+    record = _record(QC_AGENT, "cube-double-play-singletask-task2-v0", 0, 2)
+    fake = FakeWandbApi([FakeWandbRun("a1", record, [(4000, 0.5), (8000, NAN), (10000, 0.7)])])
+    assert pc.main(["--wandb_project=me/qc", f"--out_dir={tmp_path}", "--reps=20"], wandb_api=fake) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "warning: wandb:me/qc/a1: no success value (NaN or empty) at step(s) 8000: left out there (table.md and "
+        "curves.csv count the runs behind each value)"
+    ]
+    fake = FakeWandbApi([FakeWandbRun("b2", record, [(4000, 0.5), (4000, 0.6)])])
+    assert pc.main(["--wandb_project=me/qc", f"--out_dir={tmp_path}", "--reps=20"], wandb_api=fake) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "error: wandb:me/qc/b2: step 4000 repeats; steps must increase (two processes writing the same run?)"
+    ]
 
 
 # ------------------------------------------------------------------------------------------------ wandb metrics

@@ -1,0 +1,502 @@
+"""The runs of scripts/plot_curves.py: run directories, `eval.csv`, `flags.json` and wandb; labels and order.
+
+What is read, how runs are labelled, what is refused and what is warned about: the docstring of
+scripts/plot_curves.py ("Inputs", "Groups", "Bad inputs"), told once there.
+"""
+
+import csv
+import dataclasses
+import glob
+import json
+import math
+import os
+import re
+import sys
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+import agents
+from runner import methods
+
+# The registry's paper methods, in its order (each agent's methods in the order of its paper's legends).
+METHOD_ORDER = tuple(entry.label for spec in agents.REGISTRY.values() for entry in spec.methods.values())
+DOMAIN_ORDER = (
+    "scene",
+    "puzzle-3x3",
+    "cube-double",
+    "cube-triple",
+    "cube-quadruple",
+    "cube-single",
+    "lift",
+    "can",
+    "square",
+)
+ROBOMIMIC_DOMAINS = ("lift", "can", "square")
+# A warning lists at most this many steps of one run, then how many there are in all.
+MAX_LISTED_STEPS = 20
+
+
+class InputError(Exception):
+    """A bad input: reported as one `error:` line with exit status 2."""
+
+
+def warn(message: str):
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def progress(items, total: int, what: str):
+    """`items` with a progress bar on stderr when there are 20 or more."""
+    from tqdm import tqdm
+
+    return tqdm(items, total=total, desc=what, disable=total < 20, file=sys.stderr, leave=False)
+
+
+# ------------------------------------------------------------------------------------------------ labels
+
+
+def _paper_method(agent: Dict) -> Optional[str]:
+    """The `--method` name of the paper method a resolved agent config is, by its registry entry; None for
+    an unknown agent, a config with keys the registered agent lacks, or a combination no method has."""
+    spec = agents.REGISTRY.get(agent.get("agent_name"))
+    if spec is None or not set(agent) <= set(spec.get_config().keys()):
+        return None
+    method = spec.method_of(agent)
+    return method if method in spec.methods else None
+
+
+def label_of(record: Dict) -> Tuple[Optional[str], str]:
+    """`(paper method, label)` of a run from its `flags.json` record (plot_curves.py, "Groups").
+
+    `('QC', 'QC h=3 N=16')` for a run of a paper method (labels of the registry's `agents.describe`);
+    `(None, 'toy toy_weight=0.5')` for any other run. A label that would start with a paper method's
+    name without being that method gets ` (not the paper's QC)`.
+
+    Raises:
+        KeyError, TypeError, ValueError: a record without `agent` or `flags.env_name`, or an agent config
+            its registered agent cannot read (`method_of`); `make_run` reports these as `InputError`.
+    """
+    agent, env_name = record["agent"], record["flags"]["env_name"]
+    method = _paper_method(agent)
+    paper = methods.paper_values(method, env_name) if method else {}
+    method_label, label = agents.describe(agent, paper, record.get("agent_defaults"))
+    first = label.split(" ")[0]
+    if method is None and first in METHOD_ORDER:
+        label += f" (not the paper's {first})"
+    if data_source(record) == "generated":
+        label += " (generated data)"
+    return (method_label if method else None), label
+
+
+def label_note(record: Dict) -> Optional[str]:
+    """Why a run's label may surprise (plot_curves.py, "Groups"), or None."""
+    agent = record["agent"]
+    name = agent.get("agent_name")
+    spec = agents.REGISTRY.get(name)
+    if spec is None and not isinstance(record.get("agent_defaults"), dict):
+        return (
+            f"agent {name!r} is not in the registry and flags.json records no agent_defaults: "
+            "the label lists every key of its config"
+        )
+    if spec is not None:
+        extra = sorted(set(agent) - set(spec.get_config().keys()))
+        if extra:
+            return (
+                f"the config has keys that the registered agent {name!r} lacks ({', '.join(extra)}): "
+                "labelled from its own keys, not as a paper method"
+            )
+    return None
+
+
+def data_source(record: Dict) -> str:
+    """`'generated'` if any training dataset file of the run was generated locally, `'official'` if
+    all were the published files, else `'unknown'` (also without a `datasets` record).
+
+    `datasets` (`envs.provenance`): one record per file with `source` and `role` (`'val'` files are
+    not trained on and are ignored).
+    """
+    records = [d for d in record.get("datasets") or () if isinstance(d, dict) and d.get("role") != "val"]
+    sources = {d.get("source") for d in records}
+    if "generated" in sources:
+        return "generated"
+    return "official" if sources == {"official"} else "unknown"
+
+
+_DATA_TYPE_RE = re.compile(r"-(play|noisy|mh|ph)-")
+_TASK_RE = re.compile(r"-task(\d+)-")
+
+
+def domain_and_task(env_name: str, task_id: Optional[int]) -> Tuple[str, str]:
+    """`(domain, task)` names as the paper's files spell them.
+
+    `('cube-double', 'cube-double-play-task2')`; robomimic multi-human `('lift', 'lift')`. Data that
+    the paper did not use keeps its type: `('cube-double-noisy', 'cube-double-noisy-task2')`,
+    `('lift-ph', 'lift-ph')`. An env name without paper settings is its own domain and task.
+    """
+    try:
+        domain = methods.domain_of(env_name)
+    except ValueError:
+        return env_name, env_name
+    match = _DATA_TYPE_RE.search(env_name)
+    data_type = match[1] if match else "play"
+    if domain in ROBOMIMIC_DOMAINS:
+        name = domain if data_type == "mh" else f"{domain}-{data_type}"
+        return name, name
+    if task_id is None:
+        match = _TASK_RE.search(env_name)
+        task_id = int(match[1]) if match else None
+    task = f"{domain}-{data_type}-" + (f"task{task_id}" if task_id is not None else "default")
+    return (domain if data_type == "play" else f"{domain}-{data_type}"), task
+
+
+# ------------------------------------------------------------------------------------------------ runs
+
+
+@dataclasses.dataclass
+class Run:
+    """One run: what it is (from `flags.json`) and its evaluations.
+
+    `steps`: `(E,)` int64, increasing, as logged; `success`: `(E,)` float64 in [0, 1], NaN where the
+    run logged no success value at that step. `method`: the paper method's label, None for any other
+    run. `note`: why the label may surprise (`label_note`), or None.
+    """
+
+    source: str
+    method: Optional[str]
+    label: str
+    driver: str  # 'main' (offline-to-online) or 'main_online' (online only)
+    env_name: str
+    domain: str
+    task: str
+    seed: int
+    offline_steps: int
+    online_steps: int
+    data: str
+    steps: np.ndarray
+    success: np.ndarray
+    note: Optional[str] = None
+
+    def x(self, online_offset: int) -> np.ndarray:
+        """Steps on the paper's axis: `main_online.py` runs start at `online_offset`."""
+        return self.steps + (online_offset if self.driver == "main_online" else 0)
+
+    def value_at(self, step: int) -> float:
+        """The success at logged step `step`; NaN where the run has none."""
+        hit = np.flatnonzero(self.steps == step)
+        return float(self.success[hit[0]]) if hit.size else math.nan
+
+    @property
+    def end_of_offline(self) -> Optional[int]:
+        """The logged step of the last offline evaluation; `None` for an online-only run."""
+        return self.offline_steps if self.driver == "main" and self.offline_steps > 0 else None
+
+    @property
+    def end_of_training(self) -> int:
+        return self.offline_steps + self.online_steps if self.driver == "main" else self.online_steps
+
+
+def _steps_text(steps: Sequence[int]) -> str:
+    listed = ", ".join(str(s) for s in steps[:MAX_LISTED_STEPS])
+    return listed if len(steps) <= MAX_LISTED_STEPS else f"{listed}, ... ({len(steps)} steps in all)"
+
+
+def _count(value, name: str, low: int = 0) -> int:
+    """`value` as a whole number >= `low` (ints, and floats or strings that hold one); `ValueError` naming `name`."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if isinstance(value, bool) or not number.is_integer() or number < low:
+        raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
+    return int(number)
+
+
+def _check_record(record: Dict):
+    """`ValueError` naming the first entry of a `flags.json` record that the plot cannot use."""
+    flags, agent = record.get("flags"), record.get("agent")
+    if not isinstance(flags, dict):
+        raise ValueError("no 'flags' record (the run's flags)" if flags is None else "'flags' is not a JSON object")
+    if not isinstance(agent, dict):
+        raise ValueError("no 'agent' record (the agent's config)" if agent is None else "'agent' is not a JSON object")
+    if not isinstance(flags.get("env_name"), str):
+        raise ValueError(f"flags.env_name must be an env name, got {flags.get('env_name')!r}")
+    if not isinstance(agent.get("agent_name"), str):
+        raise ValueError(f"agent.agent_name must be the agent's name, got {agent.get('agent_name')!r}")
+    if record.get("agent_defaults") is not None and not isinstance(record["agent_defaults"], dict):
+        raise ValueError("'agent_defaults' is not a JSON object")
+    _count(flags.get("seed"), "flags.seed")
+    for key in ("offline_steps", "online_steps"):
+        if flags.get(key) is not None:
+            _count(flags[key], f"flags.{key}")
+    if record.get("task_id") is not None:
+        _count(record["task_id"], "task_id", 1)
+
+
+def _driver(source: str, record: Dict) -> str:
+    """The driver that ran the run (`flags.json` `driver`; else the default driver of its registered agent)."""
+    spec = agents.REGISTRY.get(record["agent"]["agent_name"])
+    driver = record.get("driver") or (spec.drivers[0] if spec is not None else None)
+    if driver in methods.DRIVER_FILES:
+        return driver
+    known = " or ".join(methods.DRIVER_FILES)
+    what = f"driver {driver!r} is not {known}" if driver else "flags.json records no driver"
+    warn(f"{source}: {what}: its steps are placed as logged (as main.py's)")
+    return "main"
+
+
+def make_run(source: str, config_file: str, record: Dict, rows: Iterable[Tuple[int, float]]) -> Run:
+    """A `Run` from a `flags.json` record and its `(step, success)` rows (NaN: no success value there).
+
+    `source` names the run (its directory or `wandb:PROJECT/ID`), `config_file` where the record came
+    from. Warns, naming the run, about every step without a success value and about unknown drivers.
+
+    Raises:
+        InputError: a record the plot cannot use (naming `config_file` and the entry), or steps that
+            repeat or go backwards (naming `source`).
+    """
+    try:
+        _check_record(record)
+        method, label = label_of(record)
+        note = label_note(record)
+    except KeyError as e:
+        name = record["agent"]["agent_name"]
+        raise InputError(
+            f"{config_file}: the agent config has no {e.args[0]!r}, which agent {name!r} reads to tell its paper method"
+        ) from None
+    except (TypeError, ValueError, AttributeError) as e:
+        raise InputError(f"{config_file}: malformed run config: {e}") from None
+    flags = record["flags"]
+    rows = list(rows)
+    check_steps(source, [step for step, _ in rows])
+    missing = [step for step, value in rows if math.isnan(value)]
+    if missing:
+        warn(
+            f"{source}: no success value (NaN or empty) at step(s) {_steps_text(missing)}: left out there "
+            "(table.md and curves.csv count the runs behind each value)"
+        )
+    task_id = record.get("task_id")
+    domain, task = domain_and_task(flags["env_name"], None if task_id is None else _count(task_id, "task_id", 1))
+    return Run(
+        source=source,
+        method=method,
+        label=label,
+        driver=_driver(source, record),
+        env_name=flags["env_name"],
+        domain=domain,
+        task=task,
+        seed=_count(flags["seed"], "flags.seed"),
+        offline_steps=int(flags.get("offline_steps") or 0),
+        online_steps=int(flags.get("online_steps") or 0),
+        data=data_source(record),
+        steps=np.array([step for step, _ in rows], dtype=np.int64),
+        success=np.array([value for _, value in rows], dtype=np.float64),
+        note=note,
+    )
+
+
+def check_steps(where: str, steps: Sequence[int], lines: Optional[Sequence[int]] = None):
+    """`InputError` naming `where` (and the line, given `lines`) where a step repeats or goes backwards."""
+    for i in range(1, len(steps)):
+        if steps[i] <= steps[i - 1]:
+            at = f"{where}:{lines[i]}" if lines is not None else where
+            how = "repeats" if steps[i] == steps[i - 1] else f"goes backwards after step {steps[i - 1]}"
+            raise InputError(f"{at}: step {steps[i]} {how}; steps must increase (two processes writing the same run?)")
+
+
+def parse_value(where: str, step, success) -> Tuple[int, float]:
+    """`(step, success)` of one evaluation; success NaN where empty or NaN.
+
+    Raises:
+        InputError: naming `where`: a step that is no whole number >= 0, a success that is no number
+            or outside [0, 1].
+    """
+    try:
+        step = _count(step, "step")
+    except ValueError as e:
+        raise InputError(f"{where}: {e}") from None
+    if success is None or (isinstance(success, str) and not success.strip()):
+        return step, math.nan
+    try:
+        value = float(success)
+    except (TypeError, ValueError):
+        raise InputError(f"{where}: success {success!r} at step {step} is not a number") from None
+    if not math.isnan(value) and not 0.0 <= value <= 1.0:
+        raise InputError(f"{where}: success {success!r} at step {step} is not a success rate in [0, 1]")
+    return step, value
+
+
+# ------------------------------------------------------------------------------------------------ reading
+
+
+def find_run_dirs(arguments: Sequence[str]) -> List[str]:
+    """Run directories (with a `flags.json`) named by, or found under, each argument or glob.
+
+    Warns about an empty directory found while searching (a run that never wrote its `flags.json`).
+
+    Raises:
+        InputError: an argument that matches nothing or finds no run directory, a directory with an
+            `eval.csv` but no `flags.json`.
+    """
+    found: Dict[str, None] = {}
+    for argument in arguments:
+        paths = sorted(glob.glob(argument, recursive=True)) if any(c in argument for c in "*?[") else [argument]
+        if not paths or not all(os.path.exists(p) for p in paths):
+            raise InputError(f"{argument}: no such file or directory")
+        before = len(found)
+        for path in paths:
+            if os.path.basename(path) == "flags.json":
+                path = os.path.dirname(path) or "."
+            if not os.path.isdir(path):
+                raise InputError(f"{path}: not a run directory (no flags.json) nor a directory to search")
+            for root, dirs, files in os.walk(path):
+                if "flags.json" in files:
+                    found[os.path.normpath(root)] = None
+                    dirs[:] = []  # a run directory holds no further runs
+                    continue
+                if "eval.csv" in files:
+                    raise InputError(f"{os.path.join(root, 'eval.csv')}: no flags.json beside it (the run's config)")
+                if not dirs and not files and root != path:
+                    warn(f"skipping {os.path.normpath(root)}: an empty directory")
+                dirs[:] = sorted(d for d in dirs if d not in ("wandb", "checkpoints"))
+        if len(found) == before:
+            raise InputError(f"{argument}: no run directory (a directory with a flags.json) in it")
+    return list(found)
+
+
+def read_eval_csv(path: str) -> List[Tuple[int, float]]:
+    """`(step, success)` of every row of an `eval.csv`, NaN where the success cell is empty or NaN; `[]` for
+    an empty file.
+
+    Raises:
+        InputError: naming the file (and line): an unreadable file, no `step` or `success` column, a
+            value `parse_value` refuses, steps that repeat or go backwards.
+    """
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            if reader.fieldnames is None:
+                return []  # an empty file: the run has not logged its first evaluation yet
+            fields = reader.fieldnames
+            if "step" not in fields or "success" not in fields:
+                raise InputError(f"{path}: unreadable eval.csv: no 'step' and 'success' columns (header: {fields})")
+            rows, lines = [], []
+            for line, row in enumerate(reader, start=2):
+                rows.append(parse_value(f"{path}:{line}", row["step"], row["success"]))
+                lines.append(line)
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise InputError(f"{path}: unreadable eval.csv: {e}") from None
+    check_steps(path, [step for step, _ in rows], lines)
+    return rows
+
+
+def read_run_dir(path: str) -> Optional[Run]:
+    """The run in `path`, or `None` (with a warning) while it has no evaluation row yet.
+
+    Raises:
+        InputError: an unreadable or unusable `flags.json` or `eval.csv`, naming the file.
+    """
+    config_file = os.path.join(path, "flags.json")
+    try:
+        with open(config_file) as f:
+            record = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f"{config_file}: unreadable: {e}") from None
+    if not isinstance(record, dict):
+        raise InputError(f"{config_file}: not a JSON object")
+    eval_path = os.path.join(path, "eval.csv")
+    if not os.path.exists(eval_path):
+        warn(f"skipping {path}: no eval.csv (no evaluation yet)")
+        return None
+    rows = read_eval_csv(eval_path)
+    if not rows:
+        warn(f"skipping {path}: eval.csv has no evaluation row yet")
+        return None
+    return make_run(path, config_file, record, rows)
+
+
+def read_wandb_runs(api, project: str, group: Optional[str]) -> List[Run]:
+    """The runs of a wandb project (and group) through the public API object `api`.
+
+    `api` is `wandb.Api()` or anything with `runs(path, filters=...)` yielding objects with `id`,
+    `config` (the run's `flags.json` record, which the drivers pass to `wandb.init`) and
+    `scan_history(keys=[...])` (rows with `_step`, the environment step the drivers log at, and
+    `eval/success`).
+
+    Raises:
+        InputError: wandb could not be read (no network, no login, no such project), or a run's config or
+            history is unusable (as for run directories).
+    """
+    where = f"wandb project {project}" + (f" group {group}" if group else "")
+    try:
+        fetched = []
+        for wandb_run in api.runs(project, filters={"group": group} if group else None):
+            history = wandb_run.scan_history(keys=["_step", "eval/success"])
+            rows = [(row["_step"], row["eval/success"]) for row in history if row.get("eval/success") is not None]
+            fetched.append((f"wandb:{project}/{wandb_run.id}", dict(wandb_run.config), rows))
+    except Exception as e:  # anything the client raises (network, authentication, HTTP errors)
+        raise InputError(f"cannot read {where}: {type(e).__name__}: {e}") from None
+    runs = []
+    for source, record, rows in fetched:
+        rows = [parse_value(source, step, value) for step, value in rows]
+        if not rows:
+            warn(f"skipping {source}: no eval/success in its history yet")
+            continue
+        runs.append(make_run(source, f"{source} (its config)", record, rows))
+    if not fetched:
+        raise InputError(f"no runs in {where}")
+    return runs
+
+
+def make_wandb_api():
+    """`wandb.Api()` (needs network and a wandb login); raises `InputError` when that fails."""
+    try:
+        import wandb
+
+        return wandb.Api(timeout=30)
+    except Exception as e:
+        raise InputError(f"cannot reach wandb: {type(e).__name__}: {e}") from None
+
+
+def warn_about_labels(runs: Sequence[Run]):
+    """One warning per label whose runs carry a `note`, naming the first run and how many there are."""
+    by_label: Dict[Tuple[str, str], List[Run]] = {}
+    for r in runs:
+        if r.note:
+            by_label.setdefault((r.label, r.note), []).append(r)
+    for (label, note), group in by_label.items():
+        others = f" and {len(group) - 1} other run(s)" if len(group) > 1 else ""
+        warn(f"{group[0].source}{others}, labelled {label!r}: {note}")
+
+
+# ------------------------------------------------------------------------------------------------ order
+
+
+def label_key(method: Optional[str], label: str) -> Tuple:
+    """Sort key of a group: the paper methods in the registry's order (each before its variants), then
+    every other label alphabetically."""
+    rank = METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER)
+    return (rank, label != method, label)
+
+
+def sorted_labels(groups: Iterable) -> List[str]:
+    """The labels of `groups` (anything with `label` and `method`, e.g. runs or curves), each once, in order."""
+    method_of = {g.label: g.method for g in groups}
+    return sorted(method_of, key=lambda label: label_key(method_of[label], label))
+
+
+def task_key(task: str) -> Tuple:
+    match = re.search(r"task(\d+)$", task)
+    return (task.rsplit("-task", 1)[0], int(match[1]) if match else 0, task)
+
+
+def _domain_key(domain: str) -> Tuple:
+    return (DOMAIN_ORDER.index(domain) if domain in DOMAIN_ORDER else len(DOMAIN_ORDER), domain)
+
+
+def panel_of(run: Run, per_task: bool) -> str:
+    return run.task if per_task else run.domain
+
+
+def sorted_panels(runs: Sequence[Run], per_task: bool) -> List[str]:
+    domain_of_panel = {panel_of(r, per_task): r.domain for r in runs}
+    return sorted(domain_of_panel, key=lambda p: (_domain_key(domain_of_panel[p]), task_key(p)))
