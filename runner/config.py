@@ -127,6 +127,8 @@ class RunConfig:
                 value = self.horizon_length if name == "horizon_length" else getattr(self, name)
                 raise ValueError(f"--{name}={value} {why}.")
         spec = agents.get(self.agent.get("agent_name"))
+        if spec.goal_conditioned:
+            raise ValueError(f"the {spec.name} agent (goal-conditioned) is not wired into the drivers yet.")
         spec.check_config(self.agent)
         if self.driver not in spec.drivers:
             runs = " or ".join(f"{d}.py" for d in spec.drivers)

@@ -90,8 +90,12 @@ def note(env_name: str, method: Optional[str] = None) -> Optional[str]:
     domain, data_type = _parse(env_name)
     owner = agents.method_owner(method) if method else None
     borrowed = _borrowed(owner.methods[method] if owner else None)
+    if owner is None:
+        in_paper = any(domain in m.per_domain for spec in agents.REGISTRY.values() for m in spec.methods.values())
+    else:
+        in_paper = domain in owner.methods[method].per_domain
     notes = []
-    if domain in borrowed and (owner is None or domain not in owner.methods[method].per_domain):
+    if domain in borrowed and not in_paper:
         notes.append(f"{domain} is not in the paper: {borrowed[domain]}'s values")
     if data_type in PAPER_DATA:
         notes.append(f"the paper tuned these values on the {PAPER_DATA[data_type]} data, not {data_type}")

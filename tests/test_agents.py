@@ -42,7 +42,8 @@ def test_every_config_key_refuses_a_value_of_the_wrong_kind(agent_name, key):
 @pytest.mark.parametrize("agent_name", agents.names())
 def test_unknown_and_missing_keys_are_errors(agent_name):
     spec = agents.get(agent_name)
-    config = dict(spec.get_config().to_dict(), horizon_length=2)
+    config = spec.get_config().to_dict()
+    config.update({"horizon_length": 2} if "horizon_length" in config else {})
     with pytest.raises(ValueError, match="num_q"):
         spec.check_config({**config, "num_q": 2})
     config.pop("lr")

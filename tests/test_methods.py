@@ -65,7 +65,8 @@ CASES = [(m, d) for m, d in itertools.product(MAIN + ONLINE, PAPER)]
 
 
 def test_method_names():
-    assert methods.method_names("main") == list(MAIN) and methods.method_names("main_online") == list(ONLINE)
+    dqc = ["dqc", "dqc-h25-ha1", "dqc-h5-ha1", "qc-h25", "qc-h5", "qc-ns", "ns-n25", "ns-n5", "os"]
+    assert methods.method_names("main") == list(MAIN) + dqc and methods.method_names("main_online") == list(ONLINE)
 
 
 @pytest.mark.parametrize("method,domain", CASES)
@@ -150,7 +151,6 @@ def test_domain_of(env_name, domain):
 @pytest.mark.parametrize(
     "env_name",
     [
-        "puzzle-4x4-play-singletask-task1-v0",
         "transport-mh-low_dim",
         "tool_hang-ph-low_dim",
         "antmaze-large-navigate-v0",
@@ -165,6 +165,13 @@ def test_unknown_domain_is_an_error(env_name):
         methods.domain_of(env_name)
     with pytest.raises(ValueError, match="--method=qc: no paper settings"):
         methods.resolve("main", "qc", env_name, {})
+
+
+def test_a_domain_only_another_method_has_is_an_error():
+    # puzzle-4x4 takes puzzle-4x5's DQC values; the Q-chunking paper has none for it.
+    assert methods.domain_of("puzzle-4x4-play-singletask-task1-v0") == "puzzle-4x4"
+    with pytest.raises(ValueError, match="--method=qc: the paper has no values for puzzle-4x4"):
+        methods.resolve("main", "qc", "puzzle-4x4-play-singletask-task1-v0", {})
 
 
 def test_notes_where_the_values_are_not_the_papers_own():
