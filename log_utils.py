@@ -9,9 +9,11 @@
 
 import contextlib
 import csv
+import io
 import json
 import math
 import os
+import tempfile
 import time
 from datetime import datetime
 from typing import Dict, Optional
@@ -56,10 +58,11 @@ class CsvLogger:
                 with open(self.path, newline="") as f:
                     old_rows = list(csv.DictReader(f))
             self.fieldnames = self.fieldnames + new_keys
-            with open(self.path, "w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=self.fieldnames)
-                writer.writeheader()
-                writer.writerows(old_rows)
+            buffer = io.StringIO(newline="")
+            writer = csv.DictWriter(buffer, fieldnames=self.fieldnames)
+            writer.writeheader()
+            writer.writerows(old_rows)
+            atomic_write(self.path, buffer.getvalue())  # a crash here must not lose the earlier rows
         with open(self.path, "a", newline="") as f:
             csv.DictWriter(f, fieldnames=self.fieldnames).writerow(row)
 
@@ -176,8 +179,26 @@ def write_json(path: str, data: Dict):
             return [clean(v) for v in obj]
         return obj
 
-    with open(path, "w") as f:
-        json.dump(clean(data), f, indent=2, default=default, sort_keys=True)
+    atomic_write(path, json.dumps(clean(data), indent=2, default=default, sort_keys=True))
+
+
+def atomic_write(path: str, text: str):
+    """Write `text` to `path` so that a reader sees the old file or the whole new one, never a part.
+
+    The text goes to a temporary file in the same directory, is flushed to disk, and replaces `path`
+    (`os.replace`); a full disk or a crash leaves the old file (or none) and no half-written one.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 # ------------------------------------------------------------------------------------------------ time split

@@ -1,14 +1,17 @@
 """`RunConfig`: the run's settings, built and checked once from the parsed flags."""
 
+import contextlib
+import io
 import json
 import os
-from typing import Dict, Optional
+import sys
+from typing import Dict, List, Optional
 
 from absl import logging
 
 import agents
 from runner import methods
-from runner.cli import input_errors
+from runner.cli import InputError, input_errors, parse_flags
 from utils import seeding
 
 # Flags a driver does not define, with the value the other driver's code reads.
@@ -150,6 +153,9 @@ class RunConfig:
             )
         if self.resume and not self.run_name:
             raise ValueError("--resume needs --run_name (the run to continue).")
+        for name in ("start_if_missing", "accept_changed_data"):
+            if getattr(self, name) and not self.resume:
+                raise ValueError(f"--{name} applies to --resume only; pass --resume --run_name=NAME with it.")
         if self.state_interval < 0:
             raise ValueError(f"--state_interval={self.state_interval} must be >= 0.")
         if self.keep_states < 1:
@@ -206,3 +212,31 @@ def _apply_method(driver: str, flag_values, values: Dict, config: Dict) -> Dict:
         ", ".join(f"{k}={v} ({sources[k]})" for k, v in {**explicit, **resolved}.items() if k in sources),
     )
     return sources
+
+
+def config_from_argv(driver: str, argv: List[str]) -> RunConfig:
+    """The `RunConfig` that `python <driver>.py <argv>` would build, parsed in this process (the sweep's check).
+
+    Raises `InputError` with the driver's own one-line message for anything the driver would refuse before
+    loading data (flags, `--agent` keys and values, `--method`, ranges).
+    """
+    from absl import flags
+
+    from runner.flags import define_flags
+
+    full = [f"{driver}.py", *argv]
+    saved, sys.argv = sys.argv, full  # ml_collections reads --agent.KEY overrides from sys.argv when --agent is defined
+    stderr, verbosity = io.StringIO(), logging.get_verbosity()
+    logging.set_verbosity(logging.ERROR)
+    try:
+        with contextlib.redirect_stderr(stderr):
+            flag_values = flags.FlagValues()
+            define_flags(driver, flag_values)
+            parse_flags(full, driver, flag_values)
+            return RunConfig.from_flags(flag_values, driver)
+    except SystemExit:
+        lines = [line for line in stderr.getvalue().splitlines() if line.startswith("error: ")]
+        raise InputError(lines[-1][len("error: ") :] if lines else stderr.getvalue().strip()) from None
+    finally:
+        sys.argv = saved
+        logging.set_verbosity(verbosity)

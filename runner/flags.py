@@ -107,7 +107,21 @@ def define_flags(driver: str, flag_values=FLAGS):
         "resume",
         False,
         "With --run_name: continue that run from its latest complete state (<run_dir>/state/), exactly as if it had "
-        "never stopped; start it fresh when it has none. A finished run (DONE.json) is left alone.",
+        "never stopped (from the start when it has none). A run that does not exist is an error (see "
+        "--start_if_missing); a finished one (DONE.json) is left alone when the settings are the same.",
+        **fv,
+    )
+    flags.DEFINE_bool(
+        "start_if_missing",
+        False,
+        "With --resume: start the run when it does not exist yet (what a sweep or a SLURM requeue wants).",
+        **fv,
+    )
+    flags.DEFINE_bool(
+        "accept_changed_data",
+        False,
+        "With --resume: continue although a data file changed since the run started (size or sha256); flags.json "
+        "keeps the earlier records under dataset_history.",
         **fv,
     )
     flags.DEFINE_integer(

@@ -165,8 +165,16 @@ def lock_run_dir(run_dir: str):
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise ValueError(f"{run_dir} is in use by another process (a run resumed twice at once?).") from None
+        raise ValueError(
+            f"{run_dir} is in use by another process (the same run started or resumed twice at once?)."
+        ) from None
     _LOCKS.append(fd)
+
+
+def release_run_dirs():
+    """Release every run directory this process holds (at the end of its runs)."""
+    while _LOCKS:
+        os.close(_LOCKS.pop())
 
 
 def csv_row_counts(run_dir: str) -> Dict[str, int]:
@@ -242,6 +250,8 @@ RESUME_MAY_CHANGE = (
     "eval_envs",
     "eval_env_mode",
     "agent_file",
+    "start_if_missing",
+    "accept_changed_data",
 )
 # Flags holding paths: compared after normalisation (`exp` and `exp/` are one directory).
 PATH_FLAGS = ("save_dir", "dataset_path", "ogbench_dataset_dir", "agent_file")
@@ -258,51 +268,86 @@ def _comparable(values: Dict, path_keys=()) -> Dict:
 
 
 class RunFinished(Exception):
-    """`--resume` of a run that has finished (its `DONE.json` exists): nothing to do."""
+    """`--resume` of a run that has finished (its `DONE.json` exists) with the same settings: nothing to do."""
 
 
-def resume_point(cfg) -> Optional[str]:
-    """The state to continue with `--resume` (None: start fresh); `RunFinished` for a finished run.
-
-    Raises `ValueError` when the existing run was started with other settings.
-    """
-    if not cfg.resume:
-        return None
-    run_dir = os.path.join(cfg.save_dir, cfg.run_group, cfg.run_name)
-    if os.path.isfile(os.path.join(run_dir, "DONE.json")):
-        raise RunFinished(run_dir)
-    flags_path = os.path.join(run_dir, "flags.json")
-    if os.path.isfile(flags_path):
-        with open(flags_path) as f:
+def read_record(run_dir: str) -> Dict:
+    """The run's `flags.json`; `ValueError` naming the file when it cannot be read or is not a run record."""
+    path = os.path.join(run_dir, "flags.json")
+    try:
+        with open(path) as f:
             record = json.load(f)
-        old, new = _comparable(record.get("flags", {}), PATH_FLAGS), _comparable(cfg.flag_values, PATH_FLAGS)
-        changed = [
-            f"--{k}" for k in sorted(set(old) | set(new)) if k not in RESUME_MAY_CHANGE and old.get(k) != new.get(k)
-        ]
-        before = [old.get(k[2:]) for k in changed]
-        now = [new.get(k[2:]) for k in changed]
-        old_agent, new_agent = _comparable(record.get("agent", {})), _comparable(cfg.agent)
-        for k in sorted(new_agent):
-            if k not in FILLED_KEYS and new_agent[k] is not None and old_agent.get(k) != new_agent[k]:
-                changed.append(f"--agent.{k}")
-                before.append(old_agent.get(k))
-                now.append(new_agent[k])
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path} is damaged ({type(e).__name__}: {e}); this run cannot be resumed.") from None
+    if not isinstance(record, dict) or not isinstance(record.get("flags"), dict):
+        raise ValueError(f"{path} is damaged (no 'flags' record); this run cannot be resumed.")
+    return record
+
+
+def changed_settings(record: Dict, flag_values: Dict, agent: Dict) -> List[str]:
+    """`--name: then -> now` for every setting of `flag_values`/`agent` that differs from the run's `record`.
+
+    Settings in `RESUME_MAY_CHANGE` may differ; paths compare after normalisation; agent keys filled
+    in by `create` (`FILLED_KEYS`) and unset keys are not compared.
+    """
+    old, new = _comparable(record.get("flags", {}), PATH_FLAGS), _comparable(flag_values, PATH_FLAGS)
+    changed = [
+        f"--{k}: {old.get(k)!r} then, {new.get(k)!r} now"
+        for k in sorted(set(old) | set(new))
+        if k not in RESUME_MAY_CHANGE and old.get(k) != new.get(k)
+    ]
+    old_agent, new_agent = _comparable(record.get("agent", {})), _comparable(agent)
+    for k in sorted(new_agent):
+        if k not in FILLED_KEYS and new_agent[k] is not None and old_agent.get(k) != new_agent[k]:
+            changed.append(f"--agent.{k}: {old_agent.get(k)!r} then, {new_agent[k]!r} now")
+    return changed
+
+
+def run_dir_of(cfg) -> str:
+    """`<save_dir>/<run_group>/<run_name>`."""
+    return os.path.join(cfg.save_dir, cfg.run_group, cfg.run_name or "")
+
+
+def _group_hint(cfg) -> str:
+    """A hint when `--run_name` names a seed group (directories `<name>_sd<seed>` exist) or one of its seeds."""
+    parent = os.path.join(cfg.save_dir, cfg.run_group)
+    base = cfg.run_name
+    if os.path.isdir(parent):
+        members = sorted(n for n in os.listdir(parent) if n.startswith(f"{base}_sd") and n[len(base) + 3 :].isdigit())
+        if members:
+            return f" ({', '.join(members)} exist: resume the seed group with --num_seeds={len(members)})"
+    return ""
+
+
+def check_runs(configs: List) -> List[Optional[Dict]]:
+    """Before anything is loaded, for `--resume`: each run's `flags.json` record (None: start it fresh).
+
+    Every run directory is locked for this process's life. Raises `ValueError` for a run that does not
+    exist (unless `--start_if_missing`), a damaged `flags.json`, other settings than the run's (finished
+    runs too), or a seed group of which only some runs have finished; `RunFinished` when every run has
+    finished with these settings.
+    """
+    records, finished = [], []
+    for cfg in configs:
+        run_dir = run_dir_of(cfg)
+        if not os.path.isfile(os.path.join(run_dir, "flags.json")):
+            if not cfg.start_if_missing:
+                raise ValueError(
+                    f"--resume: there is no run {run_dir} (check --save_dir, --run_group and --run_name"
+                    f"{_group_hint(cfg)}); pass --start_if_missing to start it when it does not exist."
+                )
+            records.append(None)
+            continue
+        record = read_record(run_dir)
+        changed = changed_settings(record, cfg.flag_values, cfg.agent)
         if changed:
             raise ValueError(
-                f"--resume: {run_dir} was started with other settings ({', '.join(changed)}: {before} then, {now} "
-                "now); resume it with the same flags, or start another --run_name."
+                f"--resume: {run_dir} was started with other settings ({'; '.join(changed)}); resume it with the "
+                "same flags, or start another --run_name."
             )
-    return run_dir
-
-
-def group_resume_states(configs: List, agents_: List, datasets: List) -> List[Optional[Dict]]:
-    """The states to continue, one per seed, all at one step: the newest step every seed has whole.
-
-    None for every seed when a fresh start is due (no such step). Locks every run directory.
-    """
-    finished = [
-        c.run_name for c in configs if os.path.isfile(os.path.join(c.save_dir, c.run_group, c.run_name, "DONE.json"))
-    ]
+        records.append(record)
+        if os.path.isfile(os.path.join(run_dir, "DONE.json")):
+            finished.append(cfg.run_name)
     if finished and len(finished) < len(configs):
         raise ValueError(
             f"--resume: runs {finished} of this seed group have finished and the others have not; resume each "
@@ -310,10 +355,55 @@ def group_resume_states(configs: List, agents_: List, datasets: List) -> List[Op
         )
     if finished:
         raise RunFinished(", ".join(os.path.join(c.save_dir, c.run_group, c.run_name) for c in configs))
-    dirs = [resume_point(c) for c in configs]
-    for d in dirs:
-        os.makedirs(d, exist_ok=True)
-        lock_run_dir(d)
+    for cfg in configs:
+        os.makedirs(run_dir_of(cfg), exist_ok=True)
+        lock_run_dir(run_dir_of(cfg))
+    return records
+
+
+DATA_KEYS = ("path", "size", "sha256")
+
+
+def check_datasets(run_dir: str, record: Optional[Dict], datasets: List[Dict], accept_changed: bool) -> List[Dict]:
+    """The data records of earlier parts of the run, to keep in `flags.json` (`dataset_history`).
+
+    `datasets` are this start's records (`envs.provenance`). Raises `ValueError` when a file the run trained
+    on has another size or hash now, or the files differ, unless `accept_changed` (`--accept_changed_data`):
+    then the old records are kept beside the new ones.
+    """
+    if record is None:
+        return []
+    history = list(record.get("dataset_history", []))
+    old = [{k: d.get(k) for k in DATA_KEYS} for d in record.get("datasets", []) if d.get("role", "train") == "train"]
+    new = [{k: d.get(k) for k in DATA_KEYS} for d in datasets if d.get("role", "train") == "train"]
+    if old == new:
+        return history
+    if not accept_changed:
+        what = []
+        for a, b in zip(old, new, strict=False):
+            if a != b:
+                diff = [k for k in ("size", "sha256") if a.get(k) != b.get(k)]
+                what.append(f"{b['path']}: {'/'.join(diff) or 'path'} changed")
+        if len(old) != len(new):
+            what.append(f"{len(old)} data file(s) then, {len(new)} now")
+        raise ValueError(
+            f"--resume: the data of {run_dir} changed since it started ({'; '.join(what)}); the run would continue "
+            "on other data. Restore the files, or pass --accept_changed_data to continue anyway (flags.json keeps "
+            "both records)."
+        )
+    logging.warning(
+        "--accept_changed_data: %s continues on changed data; flags.json keeps the earlier records.", run_dir
+    )
+    return history + [record.get("datasets", [])]
+
+
+def group_resume_states(configs: List, agents_: List, datasets: List) -> List[Optional[Dict]]:
+    """The states to continue, one per seed, all at one step: the newest step every seed has whole.
+
+    None for every seed when none (a fresh start). Raises `ValueError` when a CSV file holds fewer rows
+    than the state recorded (rows lost since), naming the file and the counts.
+    """
+    dirs = [run_dir_of(c) for c in configs]
     if len(configs) == 1:
         metas = [read_latest_usable_state(dirs[0], agents_[0], datasets[0])]
     else:
@@ -326,9 +416,24 @@ def group_resume_states(configs: List, agents_: List, datasets: List) -> List[Op
                 break
     for d, meta in zip(dirs, metas, strict=True):
         if meta is not None:
+            check_csv_rows(d, meta["csv_rows"])
+    for d, meta in zip(dirs, metas, strict=True):
+        if meta is not None:
             truncate_csvs(d, meta["csv_rows"])
             logging.info("Resuming from %s (%s step %d)", meta["path"], meta["phase"], meta["step_in_phase"])
         else:
             logging.warning("--resume: %s has no complete run state; starting it fresh.", d)
             shutil.rmtree(os.path.join(d, "state"), ignore_errors=True)  # a fresh start
     return metas
+
+
+def check_csv_rows(run_dir: str, counts: Dict[str, int]):
+    """`ValueError` when a CSV file of `run_dir` has fewer rows than a state recorded (cut or deleted since)."""
+    now = csv_row_counts(run_dir)
+    for name, rows in sorted(counts.items()):
+        if now.get(name, 0) < rows:
+            what = "is missing" if name not in now else f"has {now[name]} rows"
+            raise ValueError(
+                f"--resume: {os.path.join(run_dir, name)} {what}, but the run state recorded {rows}: rows were lost "
+                "since, and the finished run would lack them. Restore the file (or start the run again)."
+            )

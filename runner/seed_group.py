@@ -343,3 +343,4 @@ class SeedGroup:
         for run in self.runs:
             run.finish()
         self.runs[0].close_envs()
+        resume.release_run_dirs()

@@ -264,19 +264,19 @@ def check_rendering(env_name: str, env) -> None:
         )
 
 
-def setup_run(cfg, agent_config: Dict, metadata: Dict, resume_meta: Optional[Dict] = None):
+def setup_run(cfg, agent_config: Dict, metadata: Dict, resume_meta: Optional[Dict] = None, history=None):
     """Create `<save_dir>/<run_group>/<exp_name>/`, write `flags.json`, return `(run_dir, logger)`.
 
     `flags.json`: `flags` (every setting), `agent` (the config the agent was built with:
     `horizon_length`, `ob_dims`, `action_dim` filled in) and `metadata` entries (ogbench
     version, reward timing, the task id that runs). With `--resume` the run directory of `--run_name`
-    is used as it is (`resume_meta`: the state being continued, whose CSV rows and wandb id are kept).
+    is used as it is (`resume_meta`: the state being continued, whose CSV rows and wandb id are kept;
+    `history`: the data records of its earlier parts when `--accept_changed_data` let it go on).
     """
     parent = os.path.join(cfg.save_dir, cfg.run_group)
-    if cfg.resume:
+    if cfg.resume:  # checked and locked by resume.check_runs
         exp_name = cfg.run_name
         run_dir = os.path.join(parent, exp_name)
-        os.makedirs(run_dir, exist_ok=True)
     elif cfg.run_name:
         exp_name = cfg.run_name
         try:
@@ -284,7 +284,7 @@ def setup_run(cfg, agent_config: Dict, metadata: Dict, resume_meta: Optional[Dic
         except FileExistsError:
             raise ValueError(
                 f"--run_name={exp_name}: {os.path.join(parent, exp_name)} exists already (another run's files are "
-                "never overwritten); choose another --run_name or --run_group."
+                "never overwritten); choose another --run_name or --run_group, or pass --resume to continue it."
             ) from None
     else:
         for _ in range(10):  # a name collision needs the same second and the same 32 random bits
@@ -296,10 +296,14 @@ def setup_run(cfg, agent_config: Dict, metadata: Dict, resume_meta: Optional[Dic
                 continue
         else:
             raise RuntimeError(f"could not create a new run directory in {parent}")
+    if not cfg.resume:
+        resume.lock_run_dir(run_dir)  # held for this process's life: a --resume of it now is refused
     # The agent's defaults label a run of an agent the plotting process does not know (agents.describe).
     defaults = agents.get(agent_config["agent_name"]).get_config().to_dict()
     record = {"driver": cfg.driver, "flags": cfg.flag_values, "agent": dict(agent_config), "agent_defaults": defaults}
     record.update(metadata)
+    if history:
+        record["dataset_history"] = history
     if cfg.sweep_info is not None:
         record["sweep"] = json.loads(cfg.sweep_info)
         if "seed" in record["sweep"]:  # a seed group launched by a sweep: each run records its own seed
@@ -351,6 +355,7 @@ def setup_runs(cfg) -> List[Run]:
 
     configs = seed_configs(cfg)
     with input_errors():
+        records = resume.check_runs(configs) if cfg.resume else [None] * len(configs)
         try:
             env_data = make_env_and_datasets(
                 cfg.env_name,
@@ -404,14 +409,22 @@ def setup_runs(cfg) -> List[Run]:
                     seeding.jax_key(c.seed, "agent"), example["observations"], example["actions"], cfg.agent
                 )
             )
-        metas = resume.group_resume_states(configs, agents_, datasets) if cfg.resume else [None] * len(configs)
+        histories = [
+            resume.check_datasets(resume.run_dir_of(c), r, data.metadata.get("datasets", []), cfg.accept_changed_data)
+            for c, r, data in zip(configs, records, env_datas, strict=True)
+        ]
+        metas = [None] * len(configs)
+        if cfg.resume and any(r is not None for r in records):
+            metas = resume.group_resume_states(configs, agents_, datasets)
         group = None
         if len(configs) > 1:
             group = {"first_seed": cfg.seed, "num_seeds": cfg.num_seeds, "seeds": [c.seed for c in configs]}
         runs = []
-        for c, data, dataset, agent, meta in zip(configs, env_datas, datasets, agents_, metas, strict=True):
+        for c, data, dataset, agent, meta, history in zip(
+            configs, env_datas, datasets, agents_, metas, histories, strict=True
+        ):
             metadata = dict(data.metadata, **({"seed_group": group} if group else {}))
-            run_dir, logger = setup_run(c, agent.config, metadata, meta)
+            run_dir, logger = setup_run(c, agent.config, metadata, meta, history)
             run = Run(
                 cfg=c,
                 agent=agent,

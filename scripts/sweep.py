@@ -79,7 +79,7 @@ SWEEP_FLAGS = ("seed", "run_group", "run_name", "resume", "start_if_missing", "s
 # How every run continues from its latest state, or starts when it has none. Once the drivers have
 # --start_if_missing (--resume of a run that does not exist becomes an error), this is
 # ("--resume", "--start_if_missing").
-RESUME_FLAGS = ("--resume",)
+RESUME_FLAGS = ("--resume", "--start_if_missing")
 # Short forms of common swept flags in run names (`h5`, `N32`); other flags are written `key=value`.
 SHORT_KEYS = {
     "horizon_length": "h",
@@ -522,6 +522,40 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_with_driver(driver: str, runs: List[SweepRun]):
+    """Ask the driver's own parser about every run before anything starts (`--dry_run` too).
+
+    Raises `InputError` for a run the driver would refuse (a grid value of the wrong type or range, a
+    contradiction with `--method`, ...), and for finished runs whose recorded settings (`flags.json`) differ
+    from what the sweep would launch now: their results would stand for settings they were not made with.
+    """
+    from runner import cli, resume, setup
+    from runner.config import config_from_argv
+
+    differ = []
+    for run in runs:
+        try:
+            cfg = config_from_argv(driver, run.command[2:])
+        except cli.InputError as e:
+            raise InputError(f"run {run.name}: the driver would refuse it: {e}") from None
+        for seed_cfg in setup.seed_configs(cfg):
+            run_dir = resume.run_dir_of(seed_cfg)
+            if not os.path.isfile(os.path.join(run_dir, DONE_FILE)):
+                continue
+            try:
+                changed = resume.changed_settings(resume.read_record(run_dir), seed_cfg.flag_values, seed_cfg.agent)
+            except ValueError as e:
+                raise InputError(str(e)) from None
+            if changed:
+                differ.append(f"{os.path.basename(run_dir)} ({'; '.join(changed)})")
+    if differ:
+        listed = ", ".join(differ[:5]) + (f" and {len(differ) - 5} more" if len(differ) > 5 else "")
+        raise InputError(
+            f"{len(differ)} finished run(s) of this sweep were made with other settings than it would launch now: "
+            f"{listed}; choose another --sweep_name, or remove those run directories to run them again"
+        )
+
+
 def resolve_driver(driver: str) -> str:
     """The driver's path: as given when it exists, else in the repository root; `InputError` if unknown."""
     if os.path.basename(driver) not in DRIVERS:
@@ -545,6 +579,7 @@ def run(args, fixed: List[str]) -> int:
         raise InputError(f"--save_dir={args.save_dir} is a file, not a directory")
     args.driver_path = resolve_driver(args.driver)
     runs = build_runs(args, fixed)
+    check_with_driver(DRIVERS[os.path.basename(args.driver)], runs)
     skipped = [r for r in runs if r.is_done()]
     todo = [r for r in runs if not r.is_done()]
     for run in skipped:

@@ -22,6 +22,8 @@ import submitit
 import sweep_run
 from sweep_run import PREEMPT_SIGNAL, InputError, SweepRun, int_at_least, positive_float
 
+from log_utils import atomic_write
+
 # sbatch options the sweep writes itself, and the sweep flag that sets each (None: not settable).
 OWN_OPTIONS = {
     "job-name": None,
@@ -367,12 +369,27 @@ def check_with_cluster(args, folder: str, num_runs: int):
 # ------------------------------------------------------------------------------------------------ queue
 
 
-def queued_jobs(jobs_path: str) -> Dict[str, str]:
-    """Run name -> job id of this sweep's earlier SLURM jobs that are still queued or running (`squeue`)."""
+def read_jobs(jobs_path: str) -> Dict[str, str]:
+    """The sweep's record of submitted jobs (run name -> job id), `{}` when none; `InputError` naming a damaged one."""
     if not os.path.exists(jobs_path):
         return {}
-    with open(jobs_path) as f:
-        submitted = json.load(f)
+    try:
+        with open(jobs_path) as f:
+            submitted = json.load(f)
+        if not isinstance(submitted, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as e:
+        raise InputError(
+            f"{jobs_path} is damaged ({e}); remove it after checking with squeue that none of its jobs still run"
+        ) from None
+    return submitted
+
+
+def queued_jobs(jobs_path: str) -> Dict[str, str]:
+    """Run name -> job id of this sweep's earlier SLURM jobs that are still queued or running (`squeue`)."""
+    submitted = read_jobs(jobs_path)
+    if not submitted:
+        return {}
     user = os.environ.get("USER") or os.environ.get("LOGNAME") or ""
     command = ["squeue", "--noheader", "--array", "--format=%i"] + ([f"--user={user}"] if user else [])
     try:
@@ -449,14 +466,9 @@ def run_slurm(runs: List[SweepRun], args) -> int:
 
     cloudpickle.register_pickle_by_value(sweep_run)
     jobs = submit_array(executor, runs, folder)
-    submitted = {}
-    if os.path.exists(jobs_path):
-        with open(jobs_path) as f:
-            submitted = json.load(f)
+    submitted = read_jobs(jobs_path)
     submitted.update({run.name: job.job_id for run, job in zip(runs, jobs, strict=True)})
-    with open(jobs_path + ".tmp", "w") as f:
-        json.dump(submitted, f, indent=1)
-    os.replace(jobs_path + ".tmp", jobs_path)
+    atomic_write(jobs_path, json.dumps(submitted, indent=1))
     for run, job in zip(runs, jobs, strict=True):
         print(f"submitted {run.name} as job {job.job_id}")
     print(

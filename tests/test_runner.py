@@ -1,5 +1,6 @@
 """The drivers' kit (runner/): error forms, start-up checks, checkpoint order, replay buffers, run states."""
 
+import json
 import logging
 import os
 import types
@@ -272,17 +273,113 @@ def test_a_second_signal_while_writing_does_not_corrupt_the_state(tmp_path, monk
             signal.signal(signum, previous)
 
 
+def _started(monkeypatch, tmp_path, *args):
+    """A run directory as a start leaves it (flags.json), for `resume.check_runs`."""
+    cfg = parse(monkeypatch, "main", f"--save_dir={tmp_path}", "--run_name=r", *args)
+    run_dir, _ = setup.setup_run(cfg, dict(cfg.agent), {"datasets": [{"path": "/d.npz", "size": 3, "sha256": "ab"}]})
+    return cfg, run_dir
+
+
+def _resume(monkeypatch, tmp_path, *args):
+    return parse(monkeypatch, "main", f"--save_dir={tmp_path}", "--run_name=r", "--resume", *args)
+
+
 def test_resume_refuses_other_settings_agent_keys_included(monkeypatch, tmp_path):
-    cfg = parse(monkeypatch, "main", f"--save_dir={tmp_path}", "--run_name=r", "--agent.lr=0.0003")
-    setup.setup_run(cfg, dict(cfg.agent), {})
+    _started(monkeypatch, tmp_path, "--agent.lr=0.0003")
+    resume.release_run_dirs()  # as the start above would at its end
     same = parse(monkeypatch, "main", f"--save_dir={tmp_path}/", "--run_name=r", "--resume", "--agent.lr=0.0003")
-    assert resume.resume_point(same) == os.path.join(f"{tmp_path}/", "Debug", "r")  # `dir/` is `dir`
-    other = parse(monkeypatch, "main", f"--save_dir={tmp_path}", "--run_name=r", "--resume", "--agent.lr=0.001")
-    with pytest.raises(ValueError, match=r"--agent\.lr: \[0\.0003\] then, \[0\.001\] now"):
-        resume.resume_point(other)
-    seed = parse(monkeypatch, "main", f"--save_dir={tmp_path}", "--run_name=r", "--resume", "--seed=1")
-    with pytest.raises(ValueError, match="--seed"):
-        resume.resume_point(seed)
+    assert resume.check_runs([same])[0]["agent"]["lr"] == 0.0003  # `dir/` is `dir`
+    other = _resume(monkeypatch, tmp_path, "--agent.lr=0.001")
+    with pytest.raises(ValueError, match=r"--agent\.lr: 0\.0003 then, 0\.001 now"):
+        resume.check_runs([other])
+    with pytest.raises(ValueError, match="--seed: 0 then, 1 now"):
+        resume.check_runs([_resume(monkeypatch, tmp_path, "--seed=1")])
+
+
+def test_a_finished_run_is_refused_for_other_settings_and_left_alone_for_the_same(monkeypatch, tmp_path):
+    _, run_dir = _started(monkeypatch, tmp_path)
+    resume.release_run_dirs()
+    (tmp_path / "Debug" / "r" / "DONE.json").write_text("{}")
+    with pytest.raises(ValueError, match="--online_steps: 1000000 then, 5 now"):
+        resume.check_runs([_resume(monkeypatch, tmp_path, "--online_steps=5")])
+    with pytest.raises(resume.RunFinished):
+        resume.check_runs([_resume(monkeypatch, tmp_path)])
+
+
+def test_a_resume_that_finds_no_run_is_an_error_unless_asked_to_start(monkeypatch, tmp_path):
+    with pytest.raises(ValueError, match=r"there is no run .*Debug/r .*--start_if_missing"):
+        resume.check_runs([_resume(monkeypatch, tmp_path)])
+    assert resume.check_runs([_resume(monkeypatch, tmp_path, "--start_if_missing")]) == [None]
+    # A seed group resumed without --num_seeds: its members are named.
+    for seed in (0, 1):
+        os.makedirs(tmp_path / "Debug" / f"g_sd{seed}")
+    with pytest.raises(ValueError, match=r"g_sd0, g_sd1 exist: resume the seed group with --num_seeds=2"):
+        resume.check_runs([parse(monkeypatch, "main", f"--save_dir={tmp_path}", "--run_name=g", "--resume")])
+
+
+def test_start_if_missing_and_accept_changed_data_need_resume(monkeypatch, capsys):
+    from tests.test_cli import error_of
+
+    assert "--start_if_missing applies to --resume only" in error_of(monkeypatch, capsys, "main", "--start_if_missing")
+    assert "--accept_changed_data applies" in error_of(monkeypatch, capsys, "main", "--accept_changed_data")
+
+
+def test_a_damaged_flags_json_is_named(monkeypatch, tmp_path):
+    _, run_dir = _started(monkeypatch, tmp_path)
+    resume.release_run_dirs()
+    with open(os.path.join(run_dir, "flags.json"), "w") as f:
+        f.write('{"flags": {"se')
+    with pytest.raises(ValueError, match=r"Debug/r/flags.json is damaged"):
+        resume.check_runs([_resume(monkeypatch, tmp_path)])
+
+
+def test_changed_data_is_refused_unless_accepted_and_then_both_records_are_kept(tmp_path):
+    old = {"datasets": [{"path": "/d.npz", "size": 3, "sha256": "ab", "role": "train", "source": "generated"}]}
+    same = [{"path": "/d.npz", "size": 3, "sha256": "ab", "role": "train", "source": "official"}]
+    assert resume.check_datasets("r", old, same, accept_changed=False) == []
+    regenerated = [{"path": "/d.npz", "size": 3, "sha256": "cd", "role": "train"}]
+    with pytest.raises(ValueError, match=r"/d.npz: sha256 changed.*--accept_changed_data"):
+        resume.check_datasets("r", old, regenerated, accept_changed=False)
+    shards = [*same, {"path": "/e.npz", "size": 4, "sha256": "ef", "role": "train"}]
+    with pytest.raises(ValueError, match="1 data file\\(s\\) then, 2 now"):
+        resume.check_datasets("r", old, shards, accept_changed=False)
+    assert resume.check_datasets("r", old, regenerated, accept_changed=True) == [old["datasets"]]
+    # The val file is not trained on: it may come and go.
+    assert resume.check_datasets("r", old, [*same, {"path": "/v.npz", "role": "val"}], accept_changed=False) == []
+
+
+def test_every_run_holds_its_directory(monkeypatch, tmp_path):
+    """A fresh run locks its directory at once: a --resume of it from another process is refused."""
+    _started(monkeypatch, tmp_path)
+    with pytest.raises(ValueError, match="in use by another process"):
+        resume.check_runs([_resume(monkeypatch, tmp_path)])
+    resume.release_run_dirs()
+    assert resume.check_runs([_resume(monkeypatch, tmp_path)])[0] is not None
+    resume.release_run_dirs()
+
+
+def test_rows_lost_since_the_state_are_refused(tmp_path):
+    (tmp_path / "eval.csv").write_text("step,success\n3,0.0\n")
+    with pytest.raises(ValueError, match=r"eval.csv has 1 rows, but the run state recorded 2"):
+        resume.check_csv_rows(str(tmp_path), {"eval.csv": 2})
+    with pytest.raises(ValueError, match=r"env.csv is missing, but the run state recorded 4"):
+        resume.check_csv_rows(str(tmp_path), {"eval.csv": 1, "env.csv": 4})
+    resume.check_csv_rows(str(tmp_path), {"eval.csv": 1})  # more rows than recorded are cut, not refused
+
+
+def test_json_records_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    import log_utils
+
+    path = str(tmp_path / "flags.json")
+    log_utils.write_json(path, {"a": 1})
+
+    def full_disk(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(log_utils.os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        log_utils.write_json(path, {"a": 2})
+    assert json.loads(open(path).read()) == {"a": 1} and os.listdir(tmp_path) == ["flags.json"]
 
 
 def test_a_damaged_complete_state_falls_back_and_the_run_dir_is_locked(tmp_path):

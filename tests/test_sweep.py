@@ -71,13 +71,14 @@ def test_grid_is_the_cartesian_product_in_order(capsys):
     assert names[-1] == "cube-double-t2_h5_N32_sd1" and len(set(names)) == 8
     first = commands[0]
     assert first[0] == sys.executable and os.path.abspath(first[1]) == os.path.join(ROOT, "main.py")
-    # <fixed flags> <grid flags> --seed --run_group --run_name --resume --sweep_info --save_dir
+    # <fixed flags> <grid flags> --seed --run_group --run_name --resume --start_if_missing --sweep_info --save_dir
     assert first[2:5] == [ENV, "--horizon_length=1", "--agent.actor_num_samples=4"]
     assert [w.split("=")[0] for w in first[5:]] == [
         "--seed",
         "--run_group",
         "--run_name",
         "--resume",
+        "--start_if_missing",
         "--sweep_info",
         "--save_dir",
     ]
@@ -187,33 +188,72 @@ def test_bad_inputs_are_one_error_line(capsys, argv, message):
 
 
 def test_main_online_driver_and_its_flags(capsys):
-    commands, _ = _dry_run(capsys, "--driver=main_online.py", "--grid=agent.bc_alpha=0,0.01", "--grid=method=qc-rlpd")
+    commands, _ = _dry_run(capsys, "--driver=main_online.py", "--grid=agent.bc_alpha=0.01,0.1", "--grid=method=qc-rlpd")
     assert os.path.abspath(commands[0][1]) == os.path.join(ROOT, "main_online.py")
     assert [_flag(c, "run_name") for c in commands] == [
-        "cube-double-t2_bc0_qc-rlpd_sd0",
         "cube-double-t2_bc0.01_qc-rlpd_sd0",
+        "cube-double-t2_bc0.1_qc-rlpd_sd0",
     ]
 
 
+@pytest.mark.parametrize(
+    "grid, message",
+    [
+        # bc_alpha=0 makes QC-RLPD the paper's RLPD-AC: the driver refuses it, so the sweep does before any run starts.
+        (["--driver=main_online.py", "--grid=agent.bc_alpha=0.01,0", "--grid=method=qc-rlpd"], "contradicts"),
+        (["--grid=agent.actor_num_samples=8,0"], "--agent.actor_num_samples must be an int >= 1, got 0"),
+        (["--grid=agent.lr=1e-3,fast"], "agent.lr"),
+        (["--grid=eval_interval=-5"], "--eval_interval=-5 must be >= 0"),
+    ],
+)
+def test_a_grid_value_the_driver_refuses_is_an_error_before_anything_runs(capsys, grid, message):
+    rc = sweep.main(["--sweep_name=s", "--dry_run", *grid, "--", ENV] if "--driver" in grid[0] else
+                    ["--driver=main.py", "--sweep_name=s", "--dry_run", *grid, "--", ENV])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("error: run ") and "the driver would refuse it" in err and message in err, err
+
+
 # ------------------------------------------------------------------------------------------------ skipping
+
+
+def _finish(command):
+    """Make the run(s) of a sweep command finished, as the driver leaves them: flags.json and DONE.json."""
+    from log_utils import write_json
+    from runner import resume, setup
+    from runner.config import config_from_argv
+
+    driver = os.path.basename(command[1])[: -len(".py")]
+    for cfg in setup.seed_configs(config_from_argv(driver, command[2:])):
+        run_dir = resume.run_dir_of(cfg)
+        os.makedirs(run_dir, exist_ok=True)
+        write_json(os.path.join(run_dir, "flags.json"), {"flags": cfg.flag_values, "agent": cfg.agent})
+        write_json(os.path.join(run_dir, "DONE.json"), {})
 
 
 def test_finished_runs_are_skipped(capsys, tmp_path):
     save_dir = str(tmp_path)
     args = ["--grid=horizon_length=1,5", f"--save_dir={save_dir}"]
     commands, _ = _dry_run(capsys, *args)
-    done_dir = tmp_path / "s" / "cube-double-t2_h1_sd0"
-    done_dir.mkdir(parents=True)
-    (done_dir / "DONE.json").write_text("{}")
+    _finish(commands[0])
     commands, err = _dry_run(capsys, *args)
     assert [_flag(c, "run_name") for c in commands] == ["cube-double-t2_h5_sd0"]
     assert "skip (finished" in err and "cube-double-t2_h1_sd0" in err
-    done_dir = tmp_path / "s" / "cube-double-t2_h5_sd0"
-    done_dir.mkdir(parents=True)
-    (done_dir / "DONE.json").write_text("{}")
+    _finish(commands[0])
     rc = sweep.main(["--driver=main.py", "--sweep_name=s", *args, "--", ENV])
     out, _ = capsys.readouterr()
     assert rc == 0 and "nothing to do" in out
+
+
+def test_finished_runs_made_with_other_settings_are_named_not_skipped(capsys, tmp_path):
+    args = ["--grid=horizon_length=1,5", f"--save_dir={tmp_path}"]
+    commands, _ = _dry_run(capsys, *args)
+    for command in commands:
+        _finish(command)
+    # The same sweep with another fixed flag after --: the finished results were not made with it.
+    rc = sweep.main(["--driver=main.py", "--sweep_name=s", "--dry_run", *args, "--", ENV, "--agent.lr=0.001"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "2 finished run(s) of this sweep were made with other settings" in err, err
+    assert "cube-double-t2_h1_sd0 (--agent.lr: 0.0003 then, 0.001 now)" in err
 
 
 # ------------------------------------------------------------------------------------------------ seed groups
@@ -231,13 +271,15 @@ def test_seeds_per_process_groups_seeds_into_one_command_each(capsys):
         ("5", "0", "4", "cube-double-t2_h5"),
         ("5", "4", "4", "cube-double-t2_h5"),
     ]
-    # <fixed flags> <grid flags> --seed --num_seeds --run_group --run_name --resume --sweep_info --save_dir
+    # <fixed flags> <grid flags> --seed --num_seeds --run_group --run_name --resume --start_if_missing --sweep_info
+    # --save_dir
     assert [w.split("=")[0] for w in commands[1][4:]] == [
         "--seed",
         "--num_seeds",
         "--run_group",
         "--run_name",
         "--resume",
+        "--start_if_missing",
         "--sweep_info",
         "--save_dir",
     ]
@@ -272,16 +314,19 @@ def test_seeds_per_process_1_commands_are_unchanged(capsys):
         "--run_group=s",
         "--run_name=cube-double-t2_h1_sd1",
         "--resume",
+        "--start_if_missing",
         '--sweep_info={"sweep":"s","swept":{"horizon_length":1},"seed":1}',
         "--save_dir=exp/",
     ]
 
 
 def _done(tmp_path, *names):
+    """Finish the named single-seed runs (seed from the name) of `--seeds_per_process` tests."""
     for name in names:
-        run_dir = tmp_path / "s" / name
-        run_dir.mkdir(parents=True)
-        (run_dir / "DONE.json").write_text("{}")
+        seed = name.rsplit("_sd", 1)[1]
+        command = [sys.executable, "main.py", ENV, f"--seed={seed}", "--run_group=s", f"--run_name={name}",
+                   f"--save_dir={tmp_path}"]  # fmt: skip
+        _finish(command)
 
 
 def test_seed_group_is_finished_when_every_seed_is(capsys, tmp_path):
@@ -617,8 +662,8 @@ def test_slurm_seed_groups_one_array_task_each(tmp_path, monkeypatch, capsys):
     (tmp_path / "bin" / "sbatch").write_text(
         f'#!/bin/sh\ncp "$1" {tmp_path}/sbatch_script.sh\necho "Submitted batch job 4444"\n'
     )
-    (group_dir / "cube-double-t2_h1_sd2").mkdir()
-    (group_dir / "cube-double-t2_h1_sd2" / "DONE.json").write_text("{}")
+    _finish([sys.executable, "main.py", ENV, "--horizon_length=1", "--seed=2", "--run_group=s",
+             "--run_name=cube-double-t2_h1_sd2", "--save_dir=exp/"])  # fmt: skip
     assert sweep.main(argv) == 0
     captured = capsys.readouterr()
     assert "skip (queued or running as job 4242_1 (cube-double-t2_h1_sd2-3)): cube-double-t2_h1_sd3" in captured.err
