@@ -78,9 +78,16 @@ def write_state(run_dir: str, meta: Dict, agent, buffer=None, keep: Optional[int
     meta = dict(meta, format_version=FORMAT_VERSION)
     if buffer is not None:
         os.makedirs(os.path.join(tmp, "buffer"))
+        # Only the rows written so far (storage rows 0 .. size - 1 before the first wrap; all of them after).
+        rows = buffer.size if buffer.size < buffer.max_size and buffer.pointer == buffer.size else buffer.max_size
         for key, array in buffer.items():
-            np.save(os.path.join(tmp, "buffer", f"{key}.npy"), array, allow_pickle=False)
-        meta["buffer"] = {"pointer": int(buffer.pointer), "size": int(buffer.size), "max_size": int(buffer.max_size)}
+            np.save(os.path.join(tmp, "buffer", f"{key}.npy"), array[:rows], allow_pickle=False)
+        meta["buffer"] = {
+            "pointer": int(buffer.pointer),
+            "size": int(buffer.size),
+            "max_size": int(buffer.max_size),
+            "rows": int(rows),
+        }
     with open(os.path.join(tmp, "state.json"), "w") as f:
         json.dump(meta, f)
     with open(os.path.join(tmp, "COMPLETE"), "w") as f:
@@ -102,10 +109,15 @@ def read_state(path: str, agent_template) -> Dict:
         meta = json.load(f)
     meta["agent"] = restore_agent(agent_template, os.path.join(path, "agent.msgpack"))
     if "buffer" in meta:
-        folder = os.path.join(path, "buffer")
-        meta["buffer_arrays"] = {
-            n[:-4]: np.load(os.path.join(folder, n), allow_pickle=False) for n in sorted(os.listdir(folder))
-        }
+        folder, info = os.path.join(path, "buffer"), meta["buffer"]
+        meta["buffer_arrays"] = {}
+        for name in sorted(os.listdir(folder)):
+            rows = np.load(os.path.join(folder, name), mmap_mode="r", allow_pickle=False)
+            if len(rows) != info.get("rows", info["max_size"]):
+                raise ValueError(f"buffer/{name} has {len(rows)} rows, state.json says {info.get('rows')}")
+            full = np.zeros((info["max_size"], *rows.shape[1:]), rows.dtype)  # unwritten rows are zeros, as created
+            full[: len(rows)] = rows
+            meta["buffer_arrays"][name[: -len(".npy")]] = full
     return meta
 
 

@@ -267,7 +267,7 @@ def test_a_second_signal_while_writing_does_not_corrupt_the_state(tmp_path, monk
         assert resume.latest_state(str(tmp_path)) == path
         restored = resume.read_state(path, {"w": np.zeros(2)})
         np.testing.assert_array_equal(restored["buffer_arrays"]["observations"], buffer["observations"])
-        assert restored["buffer"] == {"pointer": 10, "size": 10, "max_size": 20}
+        assert restored["buffer"] == {"pointer": 10, "size": 10, "max_size": 20, "rows": 10}
     finally:
         for signum, previous in flag._previous.items():
             signal.signal(signum, previous)
@@ -396,3 +396,20 @@ def test_a_damaged_complete_state_falls_back_and_the_run_dir_is_locked(tmp_path)
     resume.lock_run_dir(str(tmp_path))
     with pytest.raises(ValueError, match="in use by another process"):
         resume.lock_run_dir(str(tmp_path))
+
+
+@pytest.mark.parametrize("added", [0, 7, 25])  # none, some, and past a wrap of the 20-row buffer
+def test_a_state_holds_the_buffers_rows_not_its_capacity(tmp_path, added):
+    from utils.datasets import ReplayBuffer
+
+    buffer = ReplayBuffer.create_from_initial_dataset(dict(_dataset([0] * 9 + [1])), size=20)
+    for i in range(added):
+        buffer.add_transition({k: np.full_like(v[0], 100 + i) for k, v in buffer.items()})
+    path = resume.write_state(str(tmp_path), {"global_step": 1, "phase": "online"}, {"w": np.ones(2)}, buffer)
+    stored = np.load(os.path.join(path, "buffer", "observations.npy"))
+    assert len(stored) == min(10 + added, 20)
+    restored = resume.read_state(path, {"w": np.zeros(2)})
+    for key in buffer:
+        np.testing.assert_array_equal(restored["buffer_arrays"][key], buffer[key])  # capacity and zeros included
+        assert restored["buffer_arrays"][key].dtype == buffer[key].dtype
+    assert restored["buffer"]["max_size"] == 20 and restored["buffer"]["size"] == min(10 + added, 20)
