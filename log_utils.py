@@ -15,10 +15,57 @@ import math
 import os
 import tempfile
 import time
+import warnings
 from datetime import datetime
 from typing import Dict, Optional
 
 import numpy as np
+
+
+def write_video(path: str, frames: np.ndarray, fps: int = 15) -> str:
+    """Write `frames` `(T, H, W, 3)` uint8 as an H.264 mp4 at `path` (imageio's ffmpeg plugin), atomically.
+
+    `H` and `W` must be even (H.264's 4:2:0 sampling); MuJoCo's default 200 x 200 frames are. Returns `path`.
+    """
+    import imageio.v2 as imageio
+
+    frames = np.asarray(frames)
+    if frames.ndim != 4 or frames.shape[-1] != 3 or frames.shape[1] % 2 or frames.shape[2] % 2:
+        raise ValueError(f"a video needs frames (T, H, W, 3) with even H and W, got {frames.shape}.")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp.mp4"
+    try:
+        with imageio.get_writer(tmp, fps=fps, codec="libx264", macro_block_size=1, ffmpeg_log_level="error") as w:
+            for frame in frames.astype(np.uint8):
+                w.append_data(frame)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def quiet_startup():
+    """Silence the start-up messages that say nothing about the run (the README's "Logs" lists them).
+
+    GLFW's "DISPLAY environment variable is missing" (MuJoCo probes for a window system; rendering uses
+    `MUJOCO_GL`), dm_control's INFO lines on the OpenGL backend it picked, gymnasium's "precision lowered by
+    casting to float32" for OGBench's action spaces, and JAX's INFO lines about accelerator backends it
+    did not find. Call it before `app.run` (the drivers do at import).
+    """
+    warnings.filterwarnings("ignore", message=".*DISPLAY environment variable is missing")
+    warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
+    import logging
+
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
+    absl_logger = logging.getLogger("absl")
+    level = absl_logger.level
+    absl_logger.setLevel(logging.WARNING)
+    try:
+        import dm_control._render  # noqa: F401 - (imported by OGBench) logs the OpenGL backend it picked, at INFO
+        import dm_control.mjcf  # noqa: F401 - and the MuJoCo version
+    finally:
+        absl_logger.setLevel(level)
 
 
 def _to_scalar(value):

@@ -20,16 +20,18 @@ import functools
 import os
 import time
 
-import tqdm
 from absl import app, flags, logging
 
+from log_utils import quiet_startup
 from runner import cli, dispatch, resume
 from runner.config import RunConfig
 from runner.flags import define_flags
 from runner.seed_group import SeedGroup
 from runner.setup import setup_runs
+from utils.progress import progress
 
 FLAGS = flags.FLAGS
+quiet_startup()
 define_flags("main")
 
 
@@ -38,13 +40,13 @@ def main(_):
     cfg = RunConfig.from_flags(FLAGS, driver="main")
     group = SeedGroup(setup_runs(cfg), preemption)  # one run per seed; group.agent: the agent (stacked for S > 1)
     agent, timer = group.agent, group.timer
-    bar = functools.partial(tqdm.tqdm, disable=not cfg.progress, smoothing=0.1, dynamic_ncols=True)
+    bar = functools.partial(progress, disable=not cfg.progress, smoothing=0.1, unit="steps")
 
     # ---- Offline phase: sample -> update -> log -> save/evaluate -> run state ---------------------------------
     sampler = dispatch.offline_sampler(group)
     update = sampler.update_fn()  # ACFQLAgent.update for one seed and --updates_per_dispatch=1
     step = first = group.start_step("offline")
-    start, progress = time.time(), bar(initial=step, total=cfg.offline_steps, desc="offline")
+    start, offline_bar = time.time(), bar(initial=step, total=cfg.offline_steps, desc="offline")
     while step < cfg.offline_steps:
         n = dispatch.dispatch_size(step, cfg)  # 1 unless --updates_per_dispatch > 1
         batch = sampler.sample(step + 1, n)
@@ -52,12 +54,12 @@ def main(_):
             agent, info = update(agent, batch)
         timer.dispatched(info)
         step += n
-        progress.update(n)
+        offline_bar.update(n)
         if step % cfg.log_interval == 0:
             group.log_update(info, "offline_agent", step, "steps_per_second", (step - first) / (time.time() - start))
         group.save_and_evaluate(agent, step, "offline")
         group.write_state_if_due(agent, step, "offline")
-    progress.close()
+    offline_bar.close()
     sampler.close()
 
     # ---- Online phase: act -> sample -> update -> log -> save/evaluate -> run state ---------------------------

@@ -21,16 +21,18 @@ import functools
 import os
 import time
 
-import tqdm
 from absl import app, flags, logging
 
+from log_utils import quiet_startup
 from runner import cli, resume
 from runner.config import RunConfig
 from runner.flags import define_flags
 from runner.seed_group import SeedGroup
 from runner.setup import setup_runs
+from utils.progress import progress
 
 FLAGS = flags.FLAGS
+quiet_startup()
 define_flags("main_online")
 
 
@@ -47,8 +49,8 @@ def main(_):
     first = group.start_step("online")
     start = time.time()
     steps = range(first + 1, cfg.online_steps + 1)
-    for i in tqdm.tqdm(steps, initial=first, total=cfg.online_steps, desc="online", disable=not cfg.progress,
-                       smoothing=0.1, dynamic_ncols=True):  # fmt: skip
+    bar = progress(steps, initial=first, total=cfg.online_steps, desc="online", disable=not cfg.progress, unit="steps")
+    for i in bar:
         if group.shard_due(i):
             group.next_shard()
         group.collect(agent, i)

@@ -152,10 +152,11 @@ def define_flags(driver: str, flag_values=FLAGS):
     flags.DEFINE_integer("eval_episodes", 50, "Number of evaluation episodes (success rate = mean over them).", **fv)
     flags.DEFINE_integer(
         "eval_envs",
-        10,
+        1,
         "Evaluation episodes run on this many environments in lockstep (gymnasium vector env), one batched "
         "policy call per chunk boundary for all of them; the statistics equal those of one-by-one evaluation "
-        "with the same seeds. 1: one environment, episodes one after the other.",
+        "with the same seeds. 1 (default): one environment, episodes one after the other; each further env costs "
+        "about 0.17 GB, and on a few cores batching brings no speed (README, Benchmarks).",
         **fv,
     )
     flags.DEFINE_enum(
@@ -169,8 +170,8 @@ def define_flags(driver: str, flag_values=FLAGS):
     flags.DEFINE_integer(
         "video_episodes",
         0,
-        "Number of extra rendered evaluation episodes (logged to wandb); "
-        "needs a headless OpenGL backend (MUJOCO_GL=egl or osmesa), checked at start-up.",
+        "Extra evaluation episodes rendered into <run_dir>/videos/eval_<step>.mp4 at every evaluation (and logged to "
+        "wandb when it is on); needs a headless OpenGL backend (MUJOCO_GL=egl or osmesa), checked at start-up.",
         **fv,
     )
     flags.DEFINE_integer("video_frame_skip", 3, "Keep every this-many-th frame in evaluation videos.", **fv)
@@ -257,7 +258,9 @@ def define_flags(driver: str, flag_values=FLAGS):
         **fv,
     )
     flags.DEFINE_string("wandb_project", "qc", "wandb project name.", **fv)
-    flags.DEFINE_bool("progress", True, "Show tqdm progress bars.", **fv)
+    flags.DEFINE_bool(
+        "progress", True, "Show progress: a bar on a terminal, a plain line every tenth of a phase in a log file.", **fv
+    )
     try:  # ml_collections applies the --agent.KEY overrides of sys.argv here, at definition time
         config_flags.DEFINE_config_file(
             "agent",

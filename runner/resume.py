@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import signal
+import sys
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -221,10 +222,11 @@ def truncate_csvs(run_dir: str, counts: Dict[str, int]):
 
 
 class PreemptionFlag:
-    """Set by SIGTERM or SIGUSR1 (SLURM's warning signals); the driver saves at the next safe point.
+    """Set by SIGTERM or SIGUSR1 (SLURM's warning signals) or Ctrl-C; the driver saves at the next safe point.
 
-    A second signal while the state is being written only sets the flag again: the write goes on, and
-    the atomic rename means no signal can leave a half-written state behind.
+    A second SIGTERM/SIGUSR1 while the state is being written only sets the flag again: the write goes on,
+    and the atomic rename means no signal can leave a half-written state behind. A second Ctrl-C stops at
+    once (`KeyboardInterrupt`), without a new state.
     """
 
     def __init__(self):
@@ -232,12 +234,20 @@ class PreemptionFlag:
         self._previous = {}
 
     def install(self):
-        for signum in PREEMPTION_SIGNALS:
+        for signum in (*PREEMPTION_SIGNALS, signal.SIGINT):
             self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
     def _handle(self, signum, frame):
         self.signum = signum
+        if signum == signal.SIGINT:
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C stops at once
+            print(
+                "Ctrl-C: the run state is written at the end of this step, then the run stops (Ctrl-C again: stop "
+                "now, without it).",
+                file=sys.stderr,
+                flush=True,
+            )
 
     @property
     def raised(self) -> bool:

@@ -316,7 +316,7 @@ class SeedGroup:
         logging.info("Run state written: %s", ", ".join(paths))
 
     def _exit_preempted(self, step_in_phase: int, phase: str):
-        for signum in resume.PREEMPTION_SIGNALS:  # a further signal must not turn status 3 into 143
+        for signum in (*resume.PREEMPTION_SIGNALS, signal.SIGINT):  # a further signal must not change status 3
             signal.signal(signum, signal.SIG_IGN)
         names = [os.path.basename(os.path.normpath(r.run_dir)) for r in self.runs]
         if self.num_seeds == 1:

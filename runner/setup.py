@@ -18,7 +18,7 @@ from absl import logging
 
 import agents
 from evaluation import OnlineCollector, evaluate
-from log_utils import Logger, get_exp_name, make_run_dir, setup_wandb, write_json
+from log_utils import Logger, get_exp_name, make_run_dir, setup_wandb, write_json, write_video
 from runner import resume
 from runner.cli import input_errors
 from utils import seeding
@@ -221,23 +221,71 @@ def check_dataset_fits_env(dataset: Dataset, env, env_name: str, what: str = "th
             )
 
 
-def check_replay_buffer_memory(cfg, dataset: Dataset):
-    """`ValueError` when the replay buffer `--buffer_size` asks for would not fit in this machine's memory."""
-    if cfg.online_steps == 0:
-        return
-    rows = max(cfg.buffer_size, dataset.size + 1) if cfg.driver == "main" else cfg.buffer_size
-    row_bytes = sum(int(np.asarray(dataset[k][0]).nbytes) for k in dataset)
-    need = rows * row_bytes * cfg.num_seeds  # one buffer per seed
+# Memory of one OGBench manipulation env (MuJoCo model with meshes and textures, its IK model), measured here.
+ENV_BYTES = 170 * 2**20
+
+
+def machine_memory() -> Optional[int]:
+    """Bytes of physical memory, or None where the OS cannot tell."""
     try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # not available on this OS: no check
-        return
-    if need > memory:
-        seeds = f" x {cfg.num_seeds} seeds" if cfg.num_seeds > 1 else ""
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _raise_if_too_big(what: Dict[str, int], flag_hint: str):
+    memory = machine_memory()
+    need = sum(what.values())
+    if memory is not None and need > memory:
+        parts = ", ".join(f"{name} {size / 2**30:.1f} GiB" for name, size in what.items() if size)
         raise ValueError(
-            f"--buffer_size={cfg.buffer_size}: the replay buffer needs about {need / 2**30:.1f} GiB ({rows} rows of "
-            f"{row_bytes} bytes{seeds}), more than this machine's {memory / 2**30:.1f} GiB of memory."
+            f"{flag_hint}: this run needs about {need / 2**30:.1f} GiB ({parts}), more than this machine's "
+            f"{memory / 2**30:.1f} GiB of memory."
         )
+
+
+def check_sizes(cfg):
+    """Before anything is built: `ValueError` when the envs alone of `--num_seeds` and `--eval_envs` cannot fit."""
+    eval_envs = min(cfg.eval_envs, cfg.eval_episodes) if cfg.eval_envs > 1 else 0
+    what = {f"{2 * cfg.num_seeds} training and evaluation envs": 2 * cfg.num_seeds * ENV_BYTES}
+    what[f"{eval_envs} batched evaluation envs"] = eval_envs * ENV_BYTES
+    _raise_if_too_big(what, f"--num_seeds={cfg.num_seeds} --eval_envs={cfg.eval_envs}")
+
+
+def check_memory(cfg, dataset: Dataset, example: Dict):
+    """`ValueError` when the run would not fit in this machine's memory, before its agents and buffers exist.
+
+    Counts, per seed of `--num_seeds`: the agent (parameters, optimizer state and one gradient, from
+    `jax.eval_shape` of its `create`), the replay buffer (`--buffer_size` rows, or the offline data plus
+    the online rows for main.py), a batch of `--utd_ratio` x `batch_size` windows and two envs; plus the
+    batched evaluation envs (`--eval_envs`).
+    """
+    import jax
+
+    spec = agents.get(cfg.agent["agent_name"])
+    shapes = jax.eval_shape(lambda: spec.agent_class.create(0, example["observations"], example["actions"], cfg.agent))
+    agent_bytes = sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in jax.tree_util.tree_leaves(shapes))
+    params = jax.tree_util.tree_leaves(shapes.network.params)
+    agent_bytes += sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in params)  # the gradient
+    row_bytes = sum(int(np.asarray(dataset[k][0]).nbytes) for k in dataset)
+    rows = 0
+    if cfg.online_steps > 0:
+        rows = max(cfg.buffer_size, dataset.size + 1) if cfg.driver == "main" else cfg.buffer_size
+    window = max(int(cfg.horizon_length or 1), 1)
+    batch = cfg.agent.get("batch_size", 1) * max(cfg.utd_ratio, 1) * window * row_bytes
+    s = cfg.num_seeds
+    eval_envs = min(cfg.eval_envs, cfg.eval_episodes) if cfg.eval_envs > 1 else 0
+    what = {
+        f"{s} agent(s)": s * agent_bytes,
+        f"{s} replay buffer(s) of {rows} rows": s * rows * row_bytes,
+        f"{s} batch(es)": s * batch,
+        f"{2 * s} envs": 2 * s * ENV_BYTES,
+        f"{eval_envs} evaluation envs": eval_envs * ENV_BYTES,
+    }
+    hint = [f"--num_seeds={s}"] if s > 1 else []
+    if rows * row_bytes > agent_bytes:
+        hint.append(f"--buffer_size={cfg.buffer_size}")
+    _raise_if_too_big(what, " ".join(hint) or "the agent's config")
 
 
 def check_rendering(env_name: str, env) -> None:
@@ -353,8 +401,9 @@ def setup_runs(cfg) -> List[Run]:
     """
     from envs.env_utils import envs_for_seed, make_env_and_datasets
 
-    configs = seed_configs(cfg)
     with input_errors():
+        check_sizes(cfg)
+        configs = seed_configs(cfg)
         records = resume.check_runs(configs) if cfg.resume else [None] * len(configs)
         try:
             env_data = make_env_and_datasets(
@@ -386,7 +435,7 @@ def setup_runs(cfg) -> List[Run]:
             raise ValueError(f"{what}: {e}") from e
         check_dataset_fits_env(first_dataset, env_data.env, cfg.env_name, what)
         check_dataset_windows(first_dataset, cfg.horizon_length, what)
-        check_replay_buffer_memory(cfg, first_dataset)
+        check_memory(cfg, first_dataset, first_dataset.sample(1, idxs=np.zeros(1, dtype=int)))
         if cfg.video_episodes > 0:
             check_rendering(cfg.env_name, env_data.eval_env)
         example = first_dataset.sample(1, idxs=np.zeros(1, dtype=int))
@@ -500,11 +549,12 @@ def evaluate_and_log(agent, eval_env, cfg, logger: Logger, step: int, action_dim
     )
     stats["time"] = time.time() - start
     logger.log(stats, "eval", step=step)
-    if renders and logger.wandb_run is not None:
-        import wandb
+    if renders:  # the video episodes one after another, every --video_frame_skip-th frame
+        path = write_video(os.path.join(logger.save_dir, "videos", f"eval_{step}.mp4"), np.concatenate(renders))
+        if logger.wandb_run is not None:
+            import wandb
 
-        video = np.concatenate(renders, axis=0).transpose(0, 3, 1, 2)  # (T, 3, H, W)
-        logger.wandb_run.log({"eval/video": wandb.Video(video, fps=15)}, step=step)
+            logger.wandb_run.log({"eval/video": wandb.Video(path, format="mp4")}, step=step)
     logging.info("step %d: eval success %.3f", step, stats.get("success", float("nan")))
     return stats
 

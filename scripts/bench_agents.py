@@ -21,6 +21,11 @@ observation 40, action 5):
   ours sequential, batched (`--eval_envs` envs in lockstep, in this process) and batched with
   `--eval_async_envs` envs in subprocesses; the authors' `evaluate` (which also calls the policy at
   every step of a chunk). Env start-up and compilation are not timed.
+* `memory`: peak resident memory (and wall seconds) of a short main job in a subprocess: `main.py
+  --method=qc-fql` on cube-single task 1 with 4x256 MLPs, `--memory_steps` offline and online steps, a
+  200k-row replay buffer and 10 evaluation episodes, with `--eval_envs` 1 and 10 (`--memory_dataset`: the
+  README's generated dataset by default). The authors' code is not run here (it needs robomimic and a wandb
+  login); the README gives its figure on the same job.
 * `generation`: episodes/s of `python -m envs.generate_dataset` with `--num_workers` 1 and 2
   (`--gen_episodes` episodes of 1001 steps; the authors' repository has no generator: OGBench's own
   script is sequential, our W = 1).
@@ -55,8 +60,11 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--sections", default="seeds,dispatch,eval,generation",
-                   help="comma-separated sections to run: updates, seeds, dispatch, eval, generation")  # fmt: skip
+    p.add_argument("--sections", default="seeds,dispatch,eval,memory,generation",
+                   help="comma-separated sections: updates, seeds, dispatch, eval, memory, generation")  # fmt: skip
+    p.add_argument("--memory_dataset", default=os.path.expanduser("~/.ogbench/data/cube-single-play-v0.npz"),
+                   help="memory section: the cube-single dataset (the README's main job generates it)")  # fmt: skip
+    p.add_argument("--memory_steps", type=int, default=1000, help="memory section: offline and online steps (1000)")
     p.add_argument("--methods", default="qc,qcfql", help="updates section: comma-separated subset of qc, qcfql")
     p.add_argument("--utd", default="1,10", help="updates section: numbers of stacked batches per call")
     p.add_argument("--decisions", type=int, default=100, help="updates section: timed sample_actions calls")
@@ -418,6 +426,31 @@ def section_eval(args, rows):
         _print(rows[-1])
 
 
+def section_memory(args, rows):
+    for eval_envs in (1, 10):
+        with tempfile.TemporaryDirectory() as tmp:
+            command = [
+                sys.executable, os.path.join(ROOT, "main.py"), "--method=qc-fql",
+                "--env_name=cube-single-play-singletask-task1-v0", f"--dataset_path={args.memory_dataset}",
+                "--agent.actor_hidden_dims=(256,256,256,256)", "--agent.value_hidden_dims=(256,256,256,256)",
+                f"--offline_steps={args.memory_steps}", f"--online_steps={args.memory_steps}", "--start_training=1",
+                "--buffer_size=200000", f"--eval_interval={args.memory_steps}", "--eval_episodes=10",
+                f"--eval_envs={eval_envs}", f"--save_dir={tmp}", "--progress=False",
+            ]  # fmt: skip
+            start = time.perf_counter()
+            proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            _, status, usage = os.wait4(proc.pid, 0)
+            seconds = time.perf_counter() - start
+            if status != 0:
+                raise SystemExit(f"the memory job failed: {proc.stderr.read()[-2000:]}")
+        rows.append(
+            dict(section="memory", setting=f"E={eval_envs}", unit="peak GB (main job)", ours=usage.ru_maxrss / 2**20)
+        )
+        _print(rows[-1])
+        rows.append(dict(section="memory", setting=f"E={eval_envs} time", unit="wall seconds", ours=seconds))
+        _print(rows[-1])
+
+
 def section_generation(args, rows):
     from envs.generate_dataset import generate_dataset
 
@@ -452,7 +485,7 @@ def main(args):
     print(f"QC-FQL {args.layers}x{args.hidden}, batch {args.batch}, h=5, obs 40, action 5")
     rows = []
     sections = {"updates": section_updates, "seeds": section_seeds, "dispatch": section_dispatch, "eval": section_eval,
-                "generation": section_generation}  # fmt: skip
+                "memory": section_memory, "generation": section_generation}  # fmt: skip
     for name in args.sections.split(","):
         if name not in sections:
             raise SystemExit(f"unknown section {name!r}; sections are {sorted(sections)}")

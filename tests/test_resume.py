@@ -76,9 +76,15 @@ def test_sigkill_then_resume_is_exact(tmp_path, dataset_path, reference_runs, sc
     assert_same_run(reference_runs["main" if script == "main.py" else "online"], run_dir, final)
 
 
-def test_sigterm_writes_state_mid_episode_then_resumes(tmp_path, dataset_path, reference_runs):
+@pytest.mark.parametrize("kind", ["signal", "interrupt"])  # SIGTERM (SLURM) and SIGINT (Ctrl-C)
+def test_a_signal_writes_state_mid_episode_then_resumes(tmp_path, dataset_path, reference_runs, kind):
     run_dir, result = _run("main.py", str(tmp_path), "t", dataset_path, *MAIN,
-                           fault="signal@online:121", expect=resume.EXIT_PREEMPTED)  # fmt: skip
+                           fault=f"{kind}@online:121", expect=resume.EXIT_PREEMPTED)  # fmt: skip
+    # Its log (a pipe, not a terminal) has plain progress lines: no carriage returns, no escape codes, no start-up
+    # noise.
+    log = result.stderr
+    assert "\r" not in log and "\x1b[" not in log and "offline: 6/6 steps (100%)" in log, log[-2000:]
+    assert "DISPLAY" not in log and "precision lowered" not in log
     with open(os.path.join(resume.latest_state(run_dir), "state.json")) as f:
         meta = json.load(f)
     # The state is written at the signal's step, in the middle of an episode (200 steps) and of a chunk (h = 3):
@@ -88,6 +94,8 @@ def test_sigterm_writes_state_mid_episode_then_resumes(tmp_path, dataset_path, r
     assert len(episode["actions"]) == 121 and len(episode["queue"]) == 2
     _run("main.py", str(tmp_path), "t", dataset_path, *MAIN, "--resume")
     assert_same_run(reference_runs["main"], run_dir, 456)
-    # A finished run is left alone.
+    # A finished run is left alone, and refused for other settings (its results were not made with them).
     _, result = _run("main.py", str(tmp_path), "t", dataset_path, *MAIN, "--resume")
     assert "has finished" in result.stderr
+    _, result = _run("main.py", str(tmp_path), "t", dataset_path, *MAIN, "--resume", "--agent.lr=0.001", expect=2)
+    assert result.stderr.startswith("error: --resume: ") and "--agent.lr: 0.0003 then, 0.001 now" in result.stderr

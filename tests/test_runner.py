@@ -169,12 +169,29 @@ def test_dataset_must_fit_the_env():
         setup.check_dataset_fits_env(data, _Spaces((28,), (2,)), "env")
 
 
-def test_replay_buffer_that_cannot_fit_in_memory_is_an_error(monkeypatch, tmp_path):
-    run = _run(monkeypatch, tmp_path, "--buffer_size=1000000000000")
-    with pytest.raises(ValueError, match=r"--buffer_size=1000000000000: the replay buffer needs about .* GiB"):
-        setup.check_replay_buffer_memory(run.cfg, run.train_dataset)
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--buffer_size=1000000000000"], r"--buffer_size=1000000000000: this run needs about .* GiB \(1 agent"),
+        (["--num_seeds=100000"], r"--num_seeds=100000 .*: this run needs about .* GiB \(200000 training"),
+        (["--num_seeds=4294967296"], r"--num_seeds=4294967296 .*: this run needs about"),  # seeds 0 .. 2**32 - 1
+        (["--agent.actor_hidden_dims=(100000,100000,100000)"], r"the agent's config: this run needs about"),
+        (["--agent.batch_size=1000000000"], r"1 batch\(es\) \d+"),
+        (["--eval_envs=1000000", "--eval_episodes=1000000"], r"--eval_envs=1000000: this run needs"),
+    ],
+)
+def test_a_run_that_cannot_fit_in_memory_is_an_error_before_it_allocates(monkeypatch, tmp_path, args, named):
+    run = _run(monkeypatch, tmp_path, *args)
+    example = run.train_dataset.sample(1, idxs=np.zeros(1, dtype=int))
+    with pytest.raises(ValueError, match=named):
+        setup.check_sizes(run.cfg)
+        setup.check_memory(run.cfg, run.train_dataset, example)
+
+
+def test_the_default_sizes_fit(monkeypatch, tmp_path):
     run = _run(monkeypatch, tmp_path, "--buffer_size=1000")
-    setup.check_replay_buffer_memory(run.cfg, run.train_dataset)  # 1000 rows: fine
+    setup.check_sizes(run.cfg)
+    setup.check_memory(run.cfg, run.train_dataset, run.train_dataset.sample(1, idxs=np.zeros(1, dtype=int)))
 
 
 # ---------------------------------------------------------------- run directories are never shared

@@ -5,7 +5,8 @@ start-up, and it wraps `runner.seed_group.SeedGroup.write_state_if_due` (the loo
 step) from outside the project:
 
 * `QC_FAULT=kill@<phase>:<step>`: SIGKILL once that step is done (its state written, if one was due);
-* `QC_FAULT=signal@<phase>:<step>`: SIGTERM before that step's state check, as SLURM's preemption would.
+* `QC_FAULT=signal@<phase>:<step>`: SIGTERM before that step's state check, as SLURM's preemption would;
+* `QC_FAULT=interrupt@<phase>:<step>`: SIGINT there, as Ctrl-C would.
 """
 
 import os
@@ -24,8 +25,8 @@ if _FAULT:
 
     def _write_state_if_due(self, agent, step_in_phase, phase):
         here = f"{phase}:{step_in_phase}" == _at
-        if here and _kind == "signal":
-            os.kill(os.getpid(), signal.SIGTERM)
+        if here and _kind in ("signal", "interrupt"):
+            os.kill(os.getpid(), signal.SIGTERM if _kind == "signal" else signal.SIGINT)
         _original(self, agent, step_in_phase, phase)
         if here and _kind == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
