@@ -173,6 +173,11 @@ class RunConfig:
             raise ValueError(f"--run_name={self.run_name!r} must be a plain directory name (no '/').")
         if os.path.exists(self.save_dir) and not os.path.isdir(self.save_dir):
             raise ValueError(f"--save_dir={self.save_dir} is a file, not a directory.")
+        if self.wandb_mode == "online" and not _wandb_login_known():
+            raise ValueError(
+                "--wandb_mode=online needs a wandb login (`wandb login`, or WANDB_API_KEY); without one, pass "
+                "--wandb_mode=offline (sync later with `wandb sync`) or --wandb_mode=disabled."
+            )
         if self.driver == "main_online" and self.buffer_size < self.horizon_length and self.offline_ratio < 1.0:
             raise ValueError(
                 f"--buffer_size={self.buffer_size} can never hold one window of --horizon_length="
@@ -212,6 +217,20 @@ def _apply_method(driver: str, flag_values, values: Dict, config: Dict) -> Dict:
         ", ".join(f"{k}={v} ({sources[k]})" for k, v in {**explicit, **resolved}.items() if k in sources),
     )
     return sources
+
+
+def _wandb_login_known() -> bool:
+    """Whether wandb can find an API key: WANDB_API_KEY, or the host's entry in ~/.netrc (`wandb login`)."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    import netrc
+    from urllib.parse import urlparse
+
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    try:
+        return netrc.netrc(os.environ.get("NETRC")).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
 
 
 def config_from_argv(driver: str, argv: List[str]) -> RunConfig:

@@ -378,8 +378,11 @@ def check_runs(configs: List) -> List[Optional[Dict]]:
     if finished:
         raise RunFinished(", ".join(os.path.join(c.save_dir, c.run_group, c.run_name) for c in configs))
     for cfg in configs:
-        os.makedirs(run_dir_of(cfg), exist_ok=True)
-        lock_run_dir(run_dir_of(cfg))
+        try:
+            os.makedirs(run_dir_of(cfg), exist_ok=True)
+            lock_run_dir(run_dir_of(cfg))
+        except OSError as e:  # a read-only run directory or --save_dir
+            raise ValueError(f"--resume: cannot write to {run_dir_of(cfg)} ({e.strerror or e}).") from None
     return records
 
 

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import time
 from typing import Dict, List, Optional
 
@@ -312,15 +313,8 @@ def check_rendering(env_name: str, env) -> None:
         )
 
 
-def setup_run(cfg, agent_config: Dict, metadata: Dict, resume_meta: Optional[Dict] = None, history=None):
-    """Create `<save_dir>/<run_group>/<exp_name>/`, write `flags.json`, return `(run_dir, logger)`.
-
-    `flags.json`: `flags` (every setting), `agent` (the config the agent was built with:
-    `horizon_length`, `ob_dims`, `action_dim` filled in) and `metadata` entries (ogbench
-    version, reward timing, the task id that runs). With `--resume` the run directory of `--run_name`
-    is used as it is (`resume_meta`: the state being continued, whose CSV rows and wandb id are kept;
-    `history`: the data records of its earlier parts when `--accept_changed_data` let it go on).
-    """
+def _make_run_dir(cfg):
+    """`(name, run_dir)`: the run's directory, created (a fresh run) and locked for this process's life."""
     parent = os.path.join(cfg.save_dir, cfg.run_group)
     if cfg.resume:  # checked and locked by resume.check_runs
         exp_name = cfg.run_name
@@ -346,6 +340,23 @@ def setup_run(cfg, agent_config: Dict, metadata: Dict, resume_meta: Optional[Dic
             raise RuntimeError(f"could not create a new run directory in {parent}")
     if not cfg.resume:
         resume.lock_run_dir(run_dir)  # held for this process's life: a --resume of it now is refused
+    return exp_name, run_dir
+
+
+def setup_run(cfg, agent_config: Dict, metadata: Dict, resume_meta: Optional[Dict] = None, history=None):
+    """Create `<save_dir>/<run_group>/<exp_name>/`, write `flags.json`, return `(run_dir, logger)`.
+
+    `flags.json`: `flags` (every setting), `agent` (the config the agent was built with:
+    `horizon_length`, `ob_dims`, `action_dim` filled in) and `metadata` entries (ogbench
+    version, reward timing, the task id that runs). With `--resume` the run directory of `--run_name`
+    is used as it is (`resume_meta`: the state being continued, whose CSV rows and wandb id are kept;
+    `history`: the data records of its earlier parts when `--accept_changed_data` let it go on).
+    """
+    try:
+        exp_name, run_dir = _make_run_dir(cfg)
+    except OSError as e:  # a read-only or unwritable --save_dir
+        where = os.path.join(cfg.save_dir, cfg.run_group)
+        raise ValueError(f"cannot write the run directory in {where} ({e.strerror or e}); check --save_dir.") from None
     # The agent's defaults label a run of an agent the plotting process does not know (agents.describe).
     defaults = agents.get(agent_config["agent_name"]).get_config().to_dict()
     record = {"driver": cfg.driver, "flags": cfg.flag_values, "agent": dict(agent_config), "agent_defaults": defaults}
@@ -363,7 +374,18 @@ def setup_run(cfg, agent_config: Dict, metadata: Dict, resume_meta: Optional[Dic
     if run_id and cfg.wandb_mode == "offline":
         logging.warning("wandb offline mode cannot continue run %s; this part of the run gets a new wandb run.", run_id)
         run_id = None
-    wandb_run = setup_wandb(cfg.wandb_project, cfg.run_group, exp_name, record, cfg.wandb_mode, run_dir, run_id=run_id)
+    try:
+        wandb_run = setup_wandb(
+            cfg.wandb_project, cfg.run_group, exp_name, record, cfg.wandb_mode, run_dir, run_id=run_id
+        )
+    except Exception as e:  # noqa: BLE001 - wandb raises its own kinds (no login, no network, bad project)
+        if not cfg.resume:
+            shutil.rmtree(run_dir, ignore_errors=True)  # created above for this run only: its name stays free
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ValueError(
+            f"--wandb_mode={cfg.wandb_mode}: wandb could not start ({type(e).__name__}: {first}); pass "
+            "--wandb_mode=offline or --wandb_mode=disabled to run without it."
+        ) from e
     logging.info("Run directory: %s", run_dir)
     return run_dir, Logger(run_dir, wandb_run, resume=resume_meta is not None)
 

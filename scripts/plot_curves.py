@@ -58,6 +58,7 @@ go on without (a NaN or empty success, a run without evaluations yet, an empty d
 import argparse
 import os
 import sys
+import tempfile
 from typing import List, Optional, Sequence
 
 # The repository root (agents, runner) and scripts/ (this script's parts) are importable when this file runs
@@ -194,12 +195,25 @@ def _online_offset(runs: Sequence[Run], requested) -> int:
     return offline[-1]
 
 
+def check_out_dir(out_dir: str):
+    """`InputError` unless `out_dir` is (or can be made) a writable directory."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise InputError(f"--out_dir={out_dir} is a file, not a directory")
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out_dir):
+            pass
+    except OSError as e:
+        raise InputError(f"--out_dir={out_dir}: cannot write there ({e.strerror or e})") from None
+
+
 def run(args, wandb_api=None) -> int:
     """The command: read, aggregate, plot, write; raises `InputError` for bad inputs."""
     if not args.runs and not args.wandb_project:
         raise InputError("no runs given: pass run directories, a sweep directory or globs, or --wandb_project")
     if args.wandb_group and not args.wandb_project:
         raise InputError("--wandb_group needs --wandb_project")
+    check_out_dir(args.out_dir)  # before reading anything: the whole bootstrap must not end in a traceback
     runs: List[Run] = []
     if args.runs:
         directories = find_run_dirs(args.runs)

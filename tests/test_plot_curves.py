@@ -775,3 +775,14 @@ def test_offline_wandb_run_records_the_metric_definitions(tmp_path, monkeypatch)
             break
         time.sleep(0.1)
     assert [name for name in names if name not in data] == []
+
+
+@pytest.mark.parametrize("kind", ["file", "unwritable"])
+def test_an_out_dir_that_cannot_be_written_is_refused_before_reading(sweep, tmp_path, capsys, kind):
+    out = tmp_path / "a_file" if kind == "file" else "/sys/qc_plots"  # /sys refuses new directories even to root
+    if kind == "file":
+        out.write_text("")
+    assert pc.main([str(sweep), f"--out_dir={out}", "--reps=50"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out_dir=") and ("is a file" in err or "cannot write there" in err), err
+    assert "reading runs" not in err

@@ -430,3 +430,33 @@ def test_a_state_holds_the_buffers_rows_not_its_capacity(tmp_path, added):
         np.testing.assert_array_equal(restored["buffer_arrays"][key], buffer[key])  # capacity and zeros included
         assert restored["buffer_arrays"][key].dtype == buffer[key].dtype
     assert restored["buffer"]["max_size"] == 20 and restored["buffer"]["size"] == min(10 + added, 20)
+
+
+def test_an_unwritable_save_dir_is_one_line(monkeypatch, tmp_path, capsys):
+    """/sys refuses new directories even to root: a read-only --save_dir is named before anything runs."""
+    cfg = parse(monkeypatch, "main", "--save_dir=/sys/qc_runs")
+    with pytest.raises(ValueError, match=r"cannot write the run directory in /sys/qc_runs/Debug \(Operation not"):
+        setup.setup_run(cfg, dict(cfg.agent), {})
+    resumed = parse(monkeypatch, "main", "--save_dir=/sys/qc_runs", "--run_name=r", "--resume", "--start_if_missing")
+    with pytest.raises(ValueError, match=r"--resume: cannot write to /sys/qc_runs/Debug/r"):
+        resume.check_runs([resumed])
+
+
+def test_wandb_online_without_a_login_is_refused_before_any_directory(monkeypatch, tmp_path, capsys):
+    from tests.test_cli import error_of
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no_netrc"))
+    err = error_of(monkeypatch, capsys, "main", f"--save_dir={tmp_path}", "--wandb_mode=online")
+    assert "--wandb_mode=online needs a wandb login" in err and not os.listdir(tmp_path)
+
+
+def test_a_wandb_that_cannot_start_leaves_no_run_directory(monkeypatch, tmp_path):
+    def broken(*args, **kwargs):
+        raise RuntimeError("wandb: network unreachable\nmore lines")
+
+    monkeypatch.setattr(setup, "setup_wandb", broken)
+    cfg = parse(monkeypatch, "main", f"--save_dir={tmp_path}", "--run_name=w", "--wandb_mode=offline")
+    with pytest.raises(ValueError, match=r"--wandb_mode=offline: wandb could not start \(RuntimeError: wandb: netw"):
+        setup.setup_run(cfg, dict(cfg.agent), {})
+    assert not os.path.exists(tmp_path / "Debug" / "w")  # the name stays free for the next try
