@@ -93,17 +93,19 @@ class DeviceBatches(NamedTuple):
 
 @functools.lru_cache(maxsize=None)
 def _device_fn(num_seeds: int, num_steps: int, mode: str):
-    fn = functools.partial(device_sampler.offline_updates, num_steps=num_steps)
+    fn = jax.jit(functools.partial(device_sampler.offline_updates, num_steps=num_steps))
     if num_seeds == 1:
-        return jax.jit(fn)
-    return jax.jit(per_seed(fn, mode, in_axes=(0, None, 0, None)))
+        return fn
+    mapped = per_seed(fn, mode, in_axes=(0, None, 0, None))
+    return jax.jit(mapped) if mode == "vmap" else mapped
 
 
 @functools.lru_cache(maxsize=None)
 def _scan_fn(num_seeds: int, mode: str):
     if num_seeds == 1:
         return device_sampler.scan_updates
-    return jax.jit(per_seed(device_sampler.scan_updates, mode))
+    mapped = per_seed(device_sampler.scan_updates, mode)
+    return jax.jit(mapped) if mode == "vmap" else mapped
 
 
 class OfflineSampler:

@@ -57,9 +57,9 @@ def define_flags(driver: str, flag_values=FLAGS):
         "seed_batching",
         "auto",
         ["auto", "vmap", "map"],
-        "With --num_seeds > 1: how one compiled update covers the seeds. vmap: batched matrix products (fills a "
-        "GPU); map: the seeds one after another inside the call (lax.map: single-seed kernels, bit-identical to "
-        "single-seed runs; what a CPU wants); auto: vmap on an accelerator, map on CPU.",
+        "With --num_seeds > 1: how the seeds are updated. vmap: the agents stacked, one batched update (fills a "
+        "GPU); map: each seed's own update one after another (single-seed kernels, bit-identical to single-seed "
+        "runs; what a CPU wants); auto: vmap on an accelerator, map on CPU.",
         **fv,
     )
     if driver == "main":

@@ -386,7 +386,7 @@ def check_runs(configs: List) -> List[Optional[Dict]]:
     return records
 
 
-DATA_KEYS = ("path", "size", "sha256")
+DATA_KEYS = ("path", "size_bytes", "sha256")
 
 
 def check_datasets(run_dir: str, record: Optional[Dict], datasets: List[Dict], accept_changed: bool) -> List[Dict]:
@@ -407,7 +407,7 @@ def check_datasets(run_dir: str, record: Optional[Dict], datasets: List[Dict], a
         what = []
         for a, b in zip(old, new, strict=False):
             if a != b:
-                diff = [k for k in ("size", "sha256") if a.get(k) != b.get(k)]
+                diff = [k for k in ("size_bytes", "sha256") if a.get(k) != b.get(k)]
                 what.append(f"{b['path']}: {'/'.join(diff) or 'path'} changed")
         if len(old) != len(new):
             what.append(f"{len(old)} data file(s) then, {len(new)} now")

@@ -4,11 +4,11 @@ A `SeedGroup` holds one `runner.setup.Run` per seed and does, for every seed, wh
 asks: draw batches, step the environment, log, save, evaluate, write run states. The agent itself is
 the loop's variable: for S = 1 it is the ordinary agent and `update_fn()` is its own `update`; for
 S > 1 the agents are stacked on a leading seed axis and one jitted call updates them all
-(`--seed_batching`: `vmap`, or `lax.map` which keeps each seed bit-identical to its single-seed run).
+(`--seed_batching=vmap`), or the agents stay separate and one step per seed runs with the single-seed
+kernels (`map`, each seed bit-identical to its single-seed run).
 The README's "Several seeds per process" section tells the whole story.
 """
 
-import functools
 import os
 import signal
 import sys
@@ -71,32 +71,32 @@ def resolve_seed_batching(mode: str) -> str:
 
 
 def per_seed(fn, mode: str, in_axes=0):
-    """`fn` applied to every seed along the leading axis of its `in_axes == 0` arguments, by `jax.vmap`
-    (`mode='vmap'`) or `jax.lax.map` (`'map'`); the other arguments (`in_axes` None) are shared."""
+    """`fn` applied to every seed: the arguments with `in_axes == 0` hold one entry per seed, the others
+    (`None`) are shared; returns `(agents, info)` with the info stacked on a leading seed axis.
+
+    `vmap`: `jax.vmap(fn)` over stacked agents (every leaf `(S, ...)`), one batched computation.
+    `map`: the agents stay separate (a tuple) and `fn` runs once per seed, with exactly the kernels of a
+    single-seed run, so each seed's numbers equal its single-seed run's bit for bit.
+    """
     if mode == "vmap":
         return jax.vmap(fn, in_axes=in_axes)
 
-    def mapped(*args):
+    def looped(*args):
         axes = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
-        stacked = tuple(a for a, ax in zip(args, axes, strict=True) if ax == 0)
+        agents = args[0]
+        outs = []
+        for s in range(len(agents)):
+            one = [a[s] if i == 0 else (jax.tree_util.tree_map(lambda x, s=s: x[s], a) if ax == 0 else a)
+                   for i, (a, ax) in enumerate(zip(args, axes, strict=True))]  # fmt: skip
+            outs.append(fn(*one))
+        infos = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *[info for _, info in outs])
+        return tuple(agent for agent, _ in outs), infos
 
-        def one(xs):
-            it = iter(xs)
-            return fn(*[next(it) if ax == 0 else a for a, ax in zip(args, axes, strict=True)])
-
-        return jax.lax.map(one, stacked)
-
-    return mapped
-
-
-@functools.partial(jax.jit, static_argnames="mode")
-def _group_update(agents, batches, mode):
-    return per_seed(lambda agent, batch: agent.update(batch), mode)(agents, batches)
+    return looped
 
 
-@functools.partial(jax.jit, static_argnames="mode")
-def _group_batch_update(agents, batches, mode):
-    return per_seed(lambda agent, batch: agent.batch_update(batch), mode)(agents, batches)
+_group_update = jax.jit(per_seed(lambda agent, batch: agent.update(batch), "vmap"))
+_group_batch_update = jax.jit(per_seed(lambda agent, batch: agent.batch_update(batch), "vmap"))
 
 
 class SeedPolicy:
@@ -139,9 +139,14 @@ class SeedGroup:
         self.num_seeds = len(runs)
         self.cfg = runs[0].cfg
         self.preemption = preemption
-        self.agent = runs[0].agent if self.num_seeds == 1 else stack_agents([r.agent for r in runs])
         mode = getattr(self.cfg, "seed_batching", "auto") if self.cfg is not None else "auto"
         self.seed_batching = resolve_seed_batching(mode)
+        if self.num_seeds == 1:
+            self.agent = runs[0].agent
+        elif self.seed_batching == "vmap":
+            self.agent = stack_agents([r.agent for r in runs])
+        else:
+            self.agent = tuple(r.agent for r in runs)
         self.timer = TimeSplit()
         self._state_pending = False
         self.buffers: Optional[List] = None
@@ -152,24 +157,32 @@ class SeedGroup:
         return self.runs[0].agent.config
 
     def agent_for(self, agent, s: int):
-        """Seed `s`'s agent from the loop's `agent` (stacked for S > 1): for evaluation and checkpoints."""
-        return agent if self.num_seeds == 1 else agent_slice(agent, s)
+        """Seed `s`'s agent from the loop's `agent` (stacked or a tuple for S > 1): for evaluation and checkpoints."""
+        if self.num_seeds == 1:
+            return agent
+        return agent_slice(agent, s) if self.seed_batching == "vmap" else agent[s]
 
     def policy_for(self, agent, s: int):
         """Seed `s`'s acting policy (`sample_actions`), cheap to build at every step."""
-        return agent if self.num_seeds == 1 else SeedPolicy(agent, s)
+        if self.num_seeds == 1:
+            return agent
+        return SeedPolicy(agent, s) if self.seed_batching == "vmap" else agent[s]
 
     def update_fn(self):
         """`(agent, batch) -> (agent, info)`, one gradient step per seed: the agent's own `update` for S = 1."""
         if self.num_seeds == 1:
             return type(self.agent).update
-        return functools.partial(_group_update, mode=self.seed_batching)
+        if self.seed_batching == "vmap":
+            return _group_update
+        return per_seed(lambda agent, batch: agent.update(batch), "map")
 
     def batch_update_fn(self):
         """`(agent, (U, B, ...) batches) -> (agent, info)` per seed: the agent's own `batch_update` for S = 1."""
         if self.num_seeds == 1:
             return type(self.agent).batch_update
-        return functools.partial(_group_batch_update, mode=self.seed_batching)
+        if self.seed_batching == "vmap":
+            return _group_batch_update
+        return per_seed(lambda agent, batch: agent.batch_update(batch), "map")
 
     # ---- data ---------------------------------------------------------------------------------------
 

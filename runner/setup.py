@@ -445,8 +445,13 @@ def setup_runs(cfg) -> List[Run]:
                 f"creating the environment failed with MUJOCO_GL={os.environ['MUJOCO_GL']} ({type(e).__name__}: "
                 f"{e}); unset MUJOCO_GL, or install the library it needs (osmesa: libosmesa6, egl: libegl1)."
             ) from e
-        data_files = [d["path"] for d in env_data.metadata.get("datasets", []) if d.get("role", "train") == "train"]
-        what = f"dataset {data_files[0]}" if data_files else "the offline dataset"
+        data_records = [d for d in env_data.metadata.get("datasets", []) if d.get("role", "train") == "train"]
+        for d in data_records[:3]:  # what a user compares across machines: the data, not only the arithmetic
+            logging.info("Data: %s (%s, %s bytes, sha256 %s)", d.get("path"), d.get("source"), d.get("size_bytes"),
+                         d.get("sha256"))  # fmt: skip
+        if len(data_records) > 3:
+            logging.info("Data: %d more shard(s); every file is recorded in flags.json.", len(data_records) - 3)
+        what = f"dataset {data_records[0]['path']}" if data_records else "the offline dataset"
         try:
             first_dataset = Dataset.create(
                 **env_data.train_dataset,

@@ -293,7 +293,9 @@ def test_a_second_signal_while_writing_does_not_corrupt_the_state(tmp_path, monk
 def _started(monkeypatch, tmp_path, *args):
     """A run directory as a start leaves it (flags.json), for `resume.check_runs`."""
     cfg = parse(monkeypatch, "main", f"--save_dir={tmp_path}", "--run_name=r", *args)
-    run_dir, _ = setup.setup_run(cfg, dict(cfg.agent), {"datasets": [{"path": "/d.npz", "size": 3, "sha256": "ab"}]})
+    run_dir, _ = setup.setup_run(
+        cfg, dict(cfg.agent), {"datasets": [{"path": "/d.npz", "size_bytes": 3, "sha256": "ab"}]}
+    )
     return cfg, run_dir
 
 
@@ -351,13 +353,13 @@ def test_a_damaged_flags_json_is_named(monkeypatch, tmp_path):
 
 
 def test_changed_data_is_refused_unless_accepted_and_then_both_records_are_kept(tmp_path):
-    old = {"datasets": [{"path": "/d.npz", "size": 3, "sha256": "ab", "role": "train", "source": "generated"}]}
-    same = [{"path": "/d.npz", "size": 3, "sha256": "ab", "role": "train", "source": "official"}]
+    old = {"datasets": [{"path": "/d.npz", "size_bytes": 3, "sha256": "ab", "role": "train", "source": "generated"}]}
+    same = [{"path": "/d.npz", "size_bytes": 3, "sha256": "ab", "role": "train", "source": "official"}]
     assert resume.check_datasets("r", old, same, accept_changed=False) == []
-    regenerated = [{"path": "/d.npz", "size": 3, "sha256": "cd", "role": "train"}]
+    regenerated = [{"path": "/d.npz", "size_bytes": 3, "sha256": "cd", "role": "train"}]
     with pytest.raises(ValueError, match=r"/d.npz: sha256 changed.*--accept_changed_data"):
         resume.check_datasets("r", old, regenerated, accept_changed=False)
-    shards = [*same, {"path": "/e.npz", "size": 4, "sha256": "ef", "role": "train"}]
+    shards = [*same, {"path": "/e.npz", "size_bytes": 4, "sha256": "ef", "role": "train"}]
     with pytest.raises(ValueError, match="1 data file\\(s\\) then, 2 now"):
         resume.check_datasets("r", old, shards, accept_changed=False)
     assert resume.check_datasets("r", old, regenerated, accept_changed=True) == [old["datasets"]]

@@ -51,8 +51,8 @@ def _batch(rng, h=2, b=4):
 def test_group_update_equals_separate_updates(mode):
     """Both ways of covering the seeds in one call give each seed its own update (map: bit for bit on CPU)."""
     agents = [_tiny_agent(seed) for seed in (0, 1, 2)]
-    group = seed_group.SeedGroup([types.SimpleNamespace(agent=a, cfg=None) for a in agents])
-    group.seed_batching = mode
+    cfg = types.SimpleNamespace(seed_batching=mode)
+    group = seed_group.SeedGroup([types.SimpleNamespace(agent=a, cfg=cfg) for a in agents])
     rtol = 0 if mode == "map" else 1e-5
     rng = np.random.default_rng(0)
     singles, update, stacked = list(agents), group.update_fn(), group.agent
@@ -66,6 +66,16 @@ def test_group_update_equals_separate_updates(mode):
     for s in range(3):
         sliced = jax.tree_util.tree_leaves(group.agent_for(stacked, s))
         for a, b in zip(sliced, jax.tree_util.tree_leaves(singles[s]), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=rtol, atol=0 if mode == "map" else 1e-6)
+    # UTD batches (main_online.py's and the online phase's batch_update): map is exact there too.
+    batch_update, utd = group.batch_update_fn(), [[_batch(rng) for _ in range(3)] for _ in agents]
+    stacked, info = batch_update(stacked, {k: np.stack([np.stack([b[k] for b in u]) for u in utd]) for k in utd[0][0]})
+    for s, u in enumerate(utd):
+        singles[s], single_info = singles[s].batch_update({k: np.stack([b[k] for b in u]) for k in u[0]})
+        np.testing.assert_allclose(np.asarray(info["critic/critic_loss"])[s], single_info["critic/critic_loss"],
+                                   rtol=rtol)  # fmt: skip
+        for a, b in zip(jax.tree_util.tree_leaves(group.agent_for(stacked, s)),
+                        jax.tree_util.tree_leaves(singles[s]), strict=True):  # fmt: skip
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=rtol, atol=0 if mode == "map" else 1e-6)
     # The per-seed policy acts like the seed's own agent.
     obs, key = rng.normal(size=(3,)).astype(np.float32), jax.random.PRNGKey(3)
@@ -287,6 +297,11 @@ def test_each_seed_of_a_group_matches_its_single_seed_run(tmp_path, dataset_path
             k: v for k, v in flags_member["flags"].items() if k not in ignore
         }
         assert os.path.isfile(os.path.join(member, "DONE.json"))
+    # --seed_batching=map: each seed is its single-seed run, row for row and bit for bit (both drivers).
+    _run(script, save, "mapped", dataset_path, *extra, "--seed=3", "--num_seeds=2", "--seed_batching=map")
+    final = 160 if script == "main.py" else 120
+    for seed in (3, 4):
+        assert_same_run(os.path.join(group_dir, f"single{seed}"), os.path.join(group_dir, f"mapped_sd{seed}"), final)
 
 
 @pytest.mark.slow
