@@ -230,6 +230,19 @@ def test_batched_equals_sequential(num_envs, overrides, goal_vector_env):
     assert sequential[0]["policy_calls_per_episode"] == np.mean([math.ceil(n / executed) for n in lengths])
 
 
+def test_async_workers_take_their_slot_tasks():
+    """The per-slot task ids reach every subprocess (each picks its own entry of the reset option)."""
+    agent = GoalAgent(gain=jnp.float32(1.0), noise=jnp.float32(1.0))
+    kwargs = dict(seed=8, step=1, progress=False, task_names=TASKS)
+    sequential = evaluate(agent, make_goal_env(), 2, **kwargs)
+    vector_env = make_eval_vector_env(functools.partial(make_goal_env, 11), 2, "async")
+    try:
+        batched = evaluate_batched(agent, vector_env, 2, **kwargs)
+    finally:
+        vector_env.close()
+    assert_same_results(sequential, batched)
+
+
 def test_dqc_on_cube_double_oraclerep_batched_equals_sequential():
     """A tiny real DQC agent (best-of-N, h_a = 2) on every task of cube-double's goal-conditioned env."""
     env_name = "cube-double-play-oraclerep-v0"
