@@ -5,17 +5,21 @@ Command line (run from the repository root):
     python -m envs.download_datasets --env_names=cube-double-play-singletask-task2-v0,scene-play-v0 \\
         [--dataset_dir=~/.ogbench/data]
     python -m envs.download_datasets --cube_quadruple_100m        # = --env_names=cube-quadruple-play-100m-v0
+    python -m envs.download_datasets --dqc_paper                  # the DQC paper's data, DQC_PAPER_DOWNLOADS
     python -m envs.download_datasets --env_names=lift-mh-low_dim,can-mh-low_dim,square-mh-low_dim \\
         [--robomimic_dir=~/.robomimic]
 
 Names (`parse_names`; comma-separated, duplicates dropped, order kept):
 
-- an OGBench training env name (`cube-double-play-singletask-task2-v0`) or dataset name (`cube-double-play-v0`):
-  `<dataset_dir>/<dataset>.npz` and `<dataset>-val.npz`, fetched by ogbench's own downloader
-  (`ogbench.download_datasets`, with its progress bar) from `ogbench.utils.DATASET_URL`;
-- a large shard set, `<dataset stem>-100m-v0` (`LARGE_DATASETS`; the paper uses `cube-quadruple-play-100m-v0`):
-  every `*.npz` listed at `<DATASET_URL>/<name>/` (as the authors' `wget -r -np -nH --cut-dirs=2 -A "*.npz"`
-  does) into `<dataset_dir>/<name>/`, the directory `--ogbench_dataset_dir` takes;
+- an OGBench training env name (`cube-double-play-singletask-task2-v0`, `cube-triple-play-oraclerep-v0`) or
+  dataset name (`cube-double-play-v0`, `humanoidmaze-giant-navigate-v0`): `<dataset_dir>/<dataset>.npz` and
+  `<dataset>-val.npz`, fetched by ogbench's own downloader (`ogbench.download_datasets`, with its progress bar)
+  from `ogbench.utils.DATASET_URL` (cube-octuple has no such file: OGBench publishes only its 100M set);
+- a large shard set, `<dataset stem>-100m-v0` (`LARGE_DATASETS`; the QC paper uses `cube-quadruple-play-100m-v0`,
+  the DQC paper the cube-triple and cube-quadruple ones): every `*.npz` listed at `<DATASET_URL>/<name>/` (as the
+  authors' `wget -r -np -nH --cut-dirs=2 -A "*.npz"` does) into `<dataset_dir>/<name>/`, the directory
+  `--ogbench_dataset_dir` takes. The 1B sets of the DQC paper (cube-octuple, puzzle-4x6; `UNHOSTED_DATASETS`) are
+  not hosted: asking for one is an error that names the 100M set (a tenth of it) and the generator loop;
 - a robomimic env name (`lift-mh-low_dim`): `<robomimic_dir>/<task>/<type>/low_dim_v15.hdf5` from robomimic's
   Hugging Face release, checked with `robomimic_utils.check_dataset_file` before it is put in place.
 
@@ -29,9 +33,10 @@ in its directory, which `envs.provenance` later uses to mark a run's files as ve
 
 Without network the command fails at once: a TCP connection to each host is tried first with
 `--connect_timeout` (5 s), and on failure it prints one `error:` line naming the local generator command for each
-requested OGBench dataset (`python -m envs.generate_dataset ...`) and exits with status 2 before writing
-anything. Other failures (a stalled transfer after `--read_timeout`, a reset connection, HTTP errors) also end in
-one `error:` line and status 2; `QC_DEBUG=1` shows the traceback instead.
+requested OGBench dataset (`python -m envs.generate_dataset ...`; humanoidmaze's expert-policy data cannot be
+generated, and the line says so) and exits with status 2 before writing anything. Other failures (a stalled
+transfer after `--read_timeout`, a reset connection, HTTP errors) also end in one `error:` line and status 2;
+`QC_DEBUG=1` shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -41,7 +46,6 @@ import dataclasses
 import importlib.metadata
 import os
 import re
-import shlex
 import shutil
 import socket
 import sys
@@ -58,17 +62,39 @@ from envs import ogbench_utils, provenance, robomimic_utils
 
 OGBENCH_URL = ogbench.utils.DATASET_URL  # https://rail.eecs.berkeley.edu/datasets/ogbench
 # OGBench's 100M-transition sets within our domains (OGBench README, "additional features"), each a directory of
-# npz shards (100 x 1000 episodes of 1001 rows) with a -val file per shard.
+# npz shards (100 x 1000 episodes of 1001 rows; humanoidmaze: 25 x 1000 episodes of 4001 rows) with a -val file
+# per shard.
 LARGE_DATASETS = (
     "cube-double-play-100m-v0",
     "cube-triple-play-100m-v0",
     "cube-quadruple-play-100m-v0",
     "cube-quadruple-noisy-100m-v0",
+    "cube-octuple-play-100m-v0",
     "scene-play-100m-v0",
     "puzzle-3x3-play-100m-v0",
+    "puzzle-4x4-play-100m-v0",
+    "puzzle-4x5-play-100m-v0",
+    "puzzle-4x6-play-100m-v0",
+    "humanoidmaze-giant-navigate-100m-v0",
 )
-CUBE_QUADRUPLE_100M = "cube-quadruple-play-100m-v0"  # the paper's cube-quadruple data
-NUM_SHARDS = 100
+# The 1B sets of the horizon-reduction and DQC papers: not hosted (the authors generate them, 1000 shards).
+UNHOSTED_DATASETS = (
+    "cube-octuple-play-1b-v0",
+    "puzzle-4x5-play-1b-v0",
+    "puzzle-4x6-play-1b-v0",
+    "humanoidmaze-giant-navigate-1b-v0",
+)
+CUBE_QUADRUPLE_100M = "cube-quadruple-play-100m-v0"  # the QC paper's cube-quadruple data
+# What `--dqc_paper` fetches: the DQC paper's data per domain (`ogbench_utils.DQC_PAPER_DATA`), with the hosted
+# 100M set in place of each 1B set (a tenth of it; the 1B sets can only be generated).
+DQC_PAPER_DOWNLOADS = (
+    "cube-triple-play-100m-v0",
+    "cube-quadruple-play-100m-v0",
+    "cube-octuple-play-100m-v0",
+    "puzzle-4x5-play-v0",
+    "puzzle-4x6-play-100m-v0",
+    "humanoidmaze-giant-navigate-v0",
+)
 CHUNK_BYTES = 1 << 20
 
 
@@ -84,11 +110,32 @@ class Request:
     name: str
 
 
+def _unhosted_error(name: str) -> str:
+    dataset, _ = ogbench_utils.parse_shard_set(name)
+    hosted = name.replace("-1b-v0", "-100m-v0")
+    if ogbench_utils.parse_ogbench_name(dataset).expert_data:
+        make = (
+            "generate it with OGBench's generate_locomaze.py and its expert policies (outside this project; "
+            "horizon-reduction's README gives the commands)"
+        )
+    else:
+        make = f"generate it: {ogbench_utils.shard_generator_command(name)}"
+    return (
+        f"cannot download {name!r}: the 1B sets are not hosted (too large; the authors generate them). Download "
+        f"the hosted 100M set instead ({hosted}, a tenth of it), or {make}."
+    )
+
+
 def parse_names(names: str | list[str]) -> list[Request]:
     """Env or dataset names (a comma-separated string or a list) -> what to download, duplicates dropped.
 
+    Accepts OGBench training env names (single-task and `-oraclerep-`), dataset names, the large sets
+    `LARGE_DATASETS` and robomimic env names.
+
     Raises:
-        DownloadError: a name that is none of the accepted forms (the message lists them).
+        DownloadError: a name that is none of the accepted forms (the message lists them), a 1B set (not hosted:
+            the message gives the 100M set and the generator loop), or cube-octuple's default file (OGBench
+            publishes only its 100M set).
     """
     if isinstance(names, str):
         names = names.split(",")
@@ -99,6 +146,8 @@ def parse_names(names: str | list[str]) -> list[Request]:
             continue
         if name in LARGE_DATASETS:
             request = Request("shards", name)
+        elif name in UNHOSTED_DATASETS:
+            raise DownloadError(_unhosted_error(name))
         elif robomimic_utils.is_robomimic_env(name):
             request = Request("robomimic", name)
         else:
@@ -109,9 +158,15 @@ def parse_names(names: str | list[str]) -> list[Request]:
             if parsed is None or parsed.dataset_type is None:
                 raise DownloadError(
                     f"cannot download {name!r}: expected an OGBench training env name "
-                    f"(e.g. cube-double-play-singletask-task2-v0) or dataset name (<domain>-<play|noisy>-v0, "
-                    f"domains {', '.join(ogbench_utils.DOMAINS)}), a large set ({', '.join(LARGE_DATASETS)}) "
+                    f"(e.g. cube-double-play-singletask-task2-v0, cube-triple-play-oraclerep-v0) or dataset name "
+                    f"(<domain>-<play|noisy>-v0, domains {', '.join(ogbench_utils.ALL_DOMAINS)}; humanoidmaze: "
+                    f"-navigate-), a large set ({', '.join(LARGE_DATASETS)}) "
                     f"or a robomimic env name ({robomimic_utils.SUPPORTED_PATTERN})."
+                )
+            if parsed.domain == "cube-octuple":
+                raise DownloadError(
+                    f"cannot download {parsed.dataset_name!r}: OGBench publishes no default cube-octuple dataset, "
+                    f"only its 100M set: --env_names=cube-octuple-play-100m-v0"
                 )
             request = Request("ogbench", parsed.dataset_name)
         if request not in requests:
@@ -123,16 +178,13 @@ def parse_names(names: str | list[str]) -> list[Request]:
 
 
 def shard_generator_command(name: str, dataset_dir: str) -> str:
-    """A one-line shell loop that generates a large set's `NUM_SHARDS` shards locally (seed = shard index)."""
-    dataset = name.replace("-100m-v0", "-v0")
-    directory = os.path.join(os.path.expanduser(dataset_dir), name)
-    save_path = f"{shlex.quote(directory)}/{dataset}-$(printf %03d $i).npz"
-    command = ogbench_utils.generator_command(dataset, save_path, ogbench_utils.SHARD_EPISODES, "$i")
-    return f"for i in $(seq 0 {NUM_SHARDS - 1}); do {command}; done"
+    """A one-line shell loop that generates a large set's shards locally (seed = shard index)."""
+    return ogbench_utils.shard_generator_command(name, dataset_dir)
 
 
 def offline_alternatives(requests: list[Request], dataset_dir: str, robomimic_dir: str) -> str:
-    """One line: what to do for robomimic files, then the local generator command of each OGBench request."""
+    """One line: what to do for robomimic and humanoidmaze files, then the local generator command of each other
+    OGBench request."""
     parts = []
     robomimic = [r.name for r in requests if r.kind == "robomimic"]
     if robomimic:
@@ -141,19 +193,32 @@ def offline_alternatives(requests: list[Request], dataset_dir: str, robomimic_di
             f"robomimic's files are human demonstrations and cannot be generated: copy {files} from a machine "
             f"with network ({', '.join(robomimic_utils.download_url(n) for n in robomimic)})."
         )
+    expert = [r.name for r in requests if r.kind != "robomimic" and _is_expert_data(r.name)]
+    if expert:
+        parts.append(
+            f"{', '.join(expert)}: humanoidmaze data come from trained expert policies and cannot be generated "
+            f"here: copy them from a machine with network."
+        )
     commands = []
     for r in requests:
-        if r.kind == "ogbench":
+        if r.kind == "ogbench" and r.name not in expert:
             path = ogbench_utils.default_dataset_path(r.name, dataset_dir)
             commands.append(ogbench_utils.generator_command(r.name, save_path=path))
-        elif r.kind == "shards":
+        elif r.kind == "shards" and r.name not in expert:
             commands.append(shard_generator_command(r.name, dataset_dir))
     if commands:
         parts.append(
             "Without network, generate the data locally with OGBench's oracles (same procedure, different random "
-            "draws; about 3.5 s per episode per core): " + " && ".join(commands)
+            "draws; about 1-3.5 s per episode per core): " + " && ".join(commands)
         )
     return " ".join(parts)
+
+
+def _is_expert_data(name: str) -> bool:
+    """A dataset or large set of a domain whose data come from expert policies (humanoidmaze)."""
+    shard_set = ogbench_utils.parse_shard_set(name)
+    parsed = ogbench_utils.parse_ogbench_name(shard_set[0] if shard_set else name)
+    return parsed is not None and parsed.expert_data
 
 
 # ---- network helpers ----------------------------------------------------------------------------
@@ -455,7 +520,13 @@ def _define_flags():
     from absl import flags
 
     flags.DEFINE_list("env_names", [], "Env or dataset names, comma-separated (see the module docstring).")
-    flags.DEFINE_bool("cube_quadruple_100m", False, f"Also download {CUBE_QUADRUPLE_100M} (the paper's data).")
+    flags.DEFINE_bool("cube_quadruple_100m", False, f"Also download {CUBE_QUADRUPLE_100M} (the QC paper's data).")
+    flags.DEFINE_bool(
+        "dqc_paper",
+        False,
+        "Also download the DQC paper's data: " + ", ".join(DQC_PAPER_DOWNLOADS) + " (the 100M sets of cube-octuple "
+        "and puzzle-4x6 stand in for the paper's 1B sets, which are not hosted).",
+    )
     flags.DEFINE_string("dataset_dir", ogbench_utils.DEFAULT_DATASET_DIR, "OGBench data directory.")
     flags.DEFINE_string("robomimic_dir", robomimic_utils.DEFAULT_DATASET_DIR, "robomimic data root.")
     flags.DEFINE_bool("include_val_shards", True, "Also fetch each shard's -val.npz (runs here never read them).")
@@ -471,9 +542,12 @@ def main(argv):
     del argv
     f = flags.FLAGS
     try:
-        requests = parse_names(list(f.env_names) + ([CUBE_QUADRUPLE_100M] if f.cube_quadruple_100m else []))
+        names = list(f.env_names) + ([CUBE_QUADRUPLE_100M] if f.cube_quadruple_100m else [])
+        requests = parse_names(names + (list(DQC_PAPER_DOWNLOADS) if f.dqc_paper else []))
         if not requests:
-            raise DownloadError("nothing to download: pass --env_names=NAME[,NAME...] or --cube_quadruple_100m")
+            raise DownloadError(
+                "nothing to download: pass --env_names=NAME[,NAME...], --cube_quadruple_100m or --dqc_paper"
+            )
         lines = download(
             requests,
             dataset_dir=f.dataset_dir,

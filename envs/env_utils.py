@@ -4,6 +4,8 @@
 
     OGBench  {scene,puzzle-3x3,cube-single,cube-double,cube-triple,cube-quadruple}-{play,noisy}
              -singletask[-task{1..5}]-v0                       -> envs/ogbench_utils.py
+    OGBench goal-conditioned <domain>-<type>-oraclerep-v0 (e.g. cube-triple-play-oraclerep-v0,
+             humanoidmaze-giant-navigate-oraclerep-v0; DQC)   -> envs/ogbench_goals.py
     robomimic {lift,can,square,transport,tool_hang}-{mh,ph}-low_dim -> envs/robomimic_utils.py (its
              simulator, robosuite, is an optional extra, requirements-robomimic.txt, imported only
              when a robomimic env is made)
@@ -22,6 +24,11 @@ the default, or 'post') chooses the state the offline rewards and masks are rela
 paper's runs (ogbench 1.1.2) had env 'post' and offline 'pre': ogbench's loader relabels transition t
 from the stored state of s_t in every version (envs/ogbench_utils.py; docs/differences.md). Robomimic
 ignores both: its rewards are always robosuite's post-step ones.
+
+Goal-conditioned envs (`EnvAndDatasets.goal_conditioned`): no task reward exists offline, so the data carry
+`oracle_reps` (the goals DQC's windows draw) and zero rewards; `dataset_success_timing` does not apply and
+`sparse` is refused. Their envs score success post-step in ogbench (`success_timing`, 'post' by default, is
+passed as given) and are evaluated on every task of `task_names` (`evaluation.evaluate(..., task_names=...)`).
 """
 
 from __future__ import annotations
@@ -34,8 +41,8 @@ from collections.abc import Callable
 import gymnasium
 import numpy as np
 
-from envs import ogbench_utils, provenance, robomimic_utils
-from envs.wrappers import OGBENCH_INFO_FILTERS, EpisodeMonitor
+from envs import ogbench_goals, ogbench_utils, provenance, robomimic_utils
+from envs.wrappers import OGBENCH_INFO_FILTERS, EpisodeMonitor, GlobalNumpySeeding
 from utils import seeding
 
 logger = logging.getLogger(__name__)
@@ -69,7 +76,7 @@ def warn_if_dense_on_sparse_domain(env_name: str, sparse: bool) -> bool:
         True if it warned.
     """
     domain = env_name.split("-", 1)[0]
-    if domain in SPARSE_DOMAINS and not sparse:
+    if domain in SPARSE_DOMAINS and not sparse and not ogbench_utils.is_oraclerep_env(env_name):
         logger.warning(
             "%s: the paper trains %s tasks with sparse rewards (--sparse=True, r -> -(r != 0)); this run "
             "uses the dense rewards, so its numbers are not comparable to the paper's.",
@@ -85,6 +92,11 @@ def is_robomimic_env(env_name: str) -> bool:
     return robomimic_utils.is_robomimic_env(env_name)
 
 
+def is_goal_conditioned_env(env_name: str) -> bool:
+    """True for an OGBench goal-conditioned env name `<domain>-<type>-oraclerep-v0` (imports nothing new)."""
+    return ogbench_utils.is_oraclerep_env(env_name)
+
+
 def supported_env_patterns() -> list[str]:
     """Human-readable patterns of every supported env name (for errors and --help)."""
     return [*ogbench_utils.SUPPORTED_PATTERNS, "robomimic: " + robomimic_utils.SUPPORTED_PATTERN]
@@ -97,8 +109,8 @@ class EnvAndDatasets:
     Attributes:
         env, eval_env: `EpisodeMonitor`-wrapped gymnasium envs (training and evaluation).
         train_dataset, val_dataset: dicts of float32 arrays (`observations, actions, rewards,
-            terminals, masks, next_observations`); `val_dataset` is None unless `load_val=True` and
-            a val file exists.
+            terminals, masks, next_observations`; goal-conditioned envs add `oracle_reps` `(N, G)`, with
+            zero rewards and unit masks); `val_dataset` is None unless `load_val=True` and a val file exists.
         reward_fn: the online reward transform (sparse or identity; robomimic adds its -1 shift).
         next_shard: None unless the data is sharded; else a `ShardCycler`, `() -> dict` loading the
             next shard (cycling) with the same processing as the first.
@@ -111,6 +123,10 @@ class EnvAndDatasets:
             `eval_env` seed); picklable (`functools.partial` of a module-level function), for
             `evaluation.make_eval_vector_env`. Not reset: `evaluation.evaluate_batched` seeds every episode.
             None only for an `EnvAndDatasets` built by hand.
+        goal_conditioned: True for an oraclerep env: offline data with `oracle_reps`, evaluation over every
+            task of `task_names` with the goal of `info['goal']`.
+        task_names: the goal-conditioned env's evaluation tasks, task id `i` at position `i - 1` (5 in every
+            OGBench domain); () for single-task envs. Pass it to `evaluation.evaluate(..., task_names=...)`.
     """
 
     env: object
@@ -121,10 +137,23 @@ class EnvAndDatasets:
     next_shard: Callable[[], dict] | None = None
     metadata: dict = dataclasses.field(default_factory=dict)
     make_eval_env: Callable[[], gymnasium.Env] | None = None
+    goal_conditioned: bool = False
+    task_names: tuple[str, ...] = ()
+
+    @property
+    def num_tasks(self) -> int:
+        """Evaluation tasks of a goal-conditioned env (`len(task_names)`); 0 for single-task envs."""
+        return len(self.task_names)
 
 
 def _monitor(env: gymnasium.Env, env_name: str) -> EpisodeMonitor:
-    """The wrapper of every training and evaluation env: `EpisodeMonitor`, with OGBench's info filters."""
+    """The wrapper of every training and evaluation env: `EpisodeMonitor`, with OGBench's info filters.
+
+    Goal-conditioned envs are wrapped in `GlobalNumpySeeding` first (their seeded resets must not depend on
+    numpy's global RNG; envs/ogbench_goals.py).
+    """
+    if ogbench_utils.is_oraclerep_env(env_name):
+        return EpisodeMonitor(GlobalNumpySeeding(env), filter_regexes=OGBENCH_INFO_FILTERS)
     filters = OGBENCH_INFO_FILTERS if ogbench_utils.is_ogbench_env(env_name) else ()
     return EpisodeMonitor(env, filter_regexes=filters)
 
@@ -150,7 +179,8 @@ def make_eval_env(
         **env_kwargs: OGBench only: passed to `gymnasium.make` (e.g. `max_episode_steps`, for tests).
 
     Returns:
-        `EpisodeMonitor(env)` (OGBench: with `OGBENCH_INFO_FILTERS`).
+        `EpisodeMonitor(env)` (OGBench: with `OGBENCH_INFO_FILTERS`; goal-conditioned: around
+        `GlobalNumpySeeding(env)`).
 
     Raises:
         ValueError: unknown env name, bad timing, robomimic without `robomimic_env_meta` or with `env_kwargs`.
@@ -166,6 +196,8 @@ def make_eval_env(
         env = robomimic_utils.make_robomimic_env(env_name, robomimic_env_meta, seed=robomimic_seed)
     elif ogbench_utils.is_ogbench_env(env_name):
         env = ogbench_utils.make_ogbench_env(env_name, success_timing, **env_kwargs)
+    elif ogbench_utils.is_oraclerep_env(env_name):
+        env = ogbench_goals.make_oraclerep_env(env_name, success_timing, **env_kwargs)
     else:
         raise ValueError(f"Unknown environment {env_name!r}. Supported: " + "; ".join(supported_env_patterns()))
     return _monitor(env, env_name)
@@ -176,7 +208,7 @@ class ShardCycler:
 
     The reference moves to the next shard every `dataset_replace_interval` offline steps; the driver
     calls this at those steps. `paths` are the shards in cycling order, `index` the one in use (0
-    after creation).
+    after creation). For a goal-conditioned env each shard comes with its own `oracle_reps`.
     """
 
     def __init__(
@@ -208,11 +240,14 @@ def load_dataset_shard(
 ) -> dict:
     """Load one OGBench file (e.g. a shard) with exactly the processing `make_env_and_datasets` applies.
 
-    `success_timing` is the relabelling timing (`make_env_and_datasets`'s `dataset_success_timing`).
+    `success_timing` is the relabelling timing (`make_env_and_datasets`'s `dataset_success_timing`; unused for a
+    goal-conditioned env, whose file gets `oracle_reps` instead of task rewards).
 
     Raises:
-        FileNotFoundError, ValueError: as `ogbench_utils.load_ogbench_dataset`.
+        FileNotFoundError, ValueError: as `ogbench_utils.load_ogbench_dataset` (`ogbench_goals.load_oraclerep_dataset`).
     """
+    if ogbench_utils.is_oraclerep_env(env_name):
+        return _apply_common(ogbench_goals.load_oraclerep_dataset(path, env_name, action_clip_eps), 1.0, sparse)
     dataset = ogbench_utils.load_ogbench_dataset(path, env_name, action_clip_eps, success_timing=success_timing)
     return _apply_common(dataset, 1.0, sparse)
 
@@ -236,7 +271,9 @@ def run_metadata(env_name: str, success_timing: str = "post", dataset_success_ti
     """Facts to store with a run.
 
     OGBench: `{'ogbench_version', 'success_timing', 'reward_timing', 'task_id'}` (`ogbench_utils.ogbench_metadata`)
-    plus `dataset_success_timing`; robomimic: `robomimic_utils.run_metadata` (which has no timing setting);
+    plus `dataset_success_timing`; goal-conditioned: `ogbench_goals.goal_metadata` (`task_id` None,
+    `dataset_success_timing` None, `goal_conditioned`, `task_names`); robomimic: `robomimic_utils.run_metadata`
+    (which has no timing setting);
     {} for any other name.
 
     Raises:
@@ -244,6 +281,8 @@ def run_metadata(env_name: str, success_timing: str = "post", dataset_success_ti
     """
     ogbench_utils.check_success_timing(success_timing)
     ogbench_utils.check_success_timing(dataset_success_timing)
+    if ogbench_utils.is_oraclerep_env(env_name):
+        return ogbench_goals.goal_metadata(env_name, success_timing)
     if ogbench_utils.is_ogbench_env(env_name):
         return {
             **ogbench_utils.ogbench_metadata(env_name, success_timing),
@@ -294,12 +333,14 @@ def make_env_and_datasets(
             so a 100-shard set costs a minute or two at start). False records `sha256: None`.
 
     Returns:
-        `EnvAndDatasets` (`val_dataset` None unless `load_val` found a val file).
+        `EnvAndDatasets` (`val_dataset` None unless `load_val` found a val file; `goal_conditioned` and
+        `task_names` set for an oraclerep env, whose datasets carry `oracle_reps`).
 
     Raises:
         ValueError: unknown env name (lists the supported patterns), `success_timing` not 'post'/'pre',
-            `dataset_proportion` outside (0, 1] or < 1 with shards, and every data problem
-            `ogbench_utils.load_ogbench_dataset` reports.
+            `dataset_proportion` outside (0, 1] or < 1 with shards, `sparse` with a goal-conditioned env, and
+            every data problem `ogbench_utils.load_ogbench_dataset` (`ogbench_goals.load_oraclerep_dataset`)
+            reports.
         FileNotFoundError: a dataset file is missing (the message gives the generator command, or for
             robomimic where to download the file and where it goes).
         ImportError: a robomimic env without its simulator extra (the message gives the install commands).
@@ -309,6 +350,8 @@ def make_env_and_datasets(
     ogbench_utils.check_success_timing(success_timing)
     ogbench_utils.check_success_timing(dataset_success_timing)
     reward_fn = sparse_reward_transform if sparse else dense_reward
+    goal_conditioned = ogbench_utils.is_oraclerep_env(env_name)
+    task_names = ()
 
     if robomimic_utils.is_robomimic_env(env_name):
         path = robomimic_utils.resolve_dataset_path(env_name, dataset_path, dataset_dir)
@@ -325,7 +368,12 @@ def make_env_and_datasets(
             robomimic_env_meta=robomimic_utils.load_env_meta(path),
             robomimic_seed=seeding.env_seed(seed, "eval_env"),  # as robomimic_utils.make_env_and_datasets
         )
-    elif ogbench_utils.is_ogbench_env(env_name):
+    elif ogbench_utils.is_ogbench_env(env_name) or goal_conditioned:
+        if goal_conditioned and sparse:
+            raise ValueError(
+                f"--sparse does not apply to the goal-conditioned {env_name}: it has no task reward to transform "
+                "(the goal windows make the rewards); leave --sparse=False."
+            )
         train_paths = ogbench_utils.resolve_dataset_paths(env_name, dataset_path, dataset_dir)
         next_shard = None
         if len(train_paths) > 1:
@@ -334,6 +382,8 @@ def make_env_and_datasets(
             next_shard = ShardCycler(train_paths, env_name, sparse, action_clip_eps, dataset_success_timing)
 
         def load(path):
+            if goal_conditioned:
+                return ogbench_goals.load_oraclerep_dataset(path, env_name, action_clip_eps)
             return ogbench_utils.load_ogbench_dataset(
                 path, env_name, action_clip_eps, success_timing=dataset_success_timing
             )
@@ -341,7 +391,11 @@ def make_env_and_datasets(
         train = load(train_paths[0])
         val_path = ogbench_utils.existing_val_path(train_paths) if load_val else None
         val = None if val_path is None else load(val_path)
-        env = ogbench_utils.make_ogbench_env(env_name, success_timing)
+        if goal_conditioned:
+            env = ogbench_goals.make_oraclerep_env(env_name, success_timing)
+            task_names = ogbench_goals.task_names(env_name)
+        else:
+            env = ogbench_utils.make_ogbench_env(env_name, success_timing)
         eval_env_fn = functools.partial(make_eval_env, env_name, success_timing)
         eval_env = eval_env_fn()
         used = [(p, "train") for p in train_paths] + ([] if val is None else [(val_path, "val")])
@@ -365,6 +419,8 @@ def make_env_and_datasets(
         next_shard=next_shard,
         metadata={**run_metadata(env_name, success_timing, dataset_success_timing), "datasets": datasets},
         make_eval_env=eval_env_fn,
+        goal_conditioned=goal_conditioned,
+        task_names=task_names,
     )
 
 
@@ -385,6 +441,9 @@ def envs_for_seed(env_data: EnvAndDatasets, env_name: str, seed: int, success_ti
         )
     elif ogbench_utils.is_ogbench_env(env_name):
         env = ogbench_utils.make_ogbench_env(env_name, success_timing)
+        eval_env_fn = functools.partial(make_eval_env, env_name, success_timing)
+    elif ogbench_utils.is_oraclerep_env(env_name):
+        env = ogbench_goals.make_oraclerep_env(env_name, success_timing)
         eval_env_fn = functools.partial(make_eval_env, env_name, success_timing)
     else:
         raise ValueError(f"Unknown environment {env_name!r}. Supported: " + "; ".join(supported_env_patterns()))

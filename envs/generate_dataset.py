@@ -13,7 +13,12 @@ published procedure ('play' datasets; see docs/datasets.md, and OGBench's
   probability 0.1 (cube, scene) or 0.2 (puzzle).
 - whenever the oracle finishes its subtask, `env.unwrapped.set_new_target(p_stack=...)` draws the
   next one; p_stack per episode: 0 (single), U(0, 0.25) (double), U(0.05, 0.35) (triple),
-  U(0.1, 0.5) (quadruple), 0.5 (scene; puzzle ignores it).
+  U(0.1, 0.5) (quadruple), U(0, 0.35) (octuple), 0.5 (scene; puzzle ignores it).
+- domains: cube-single/double/triple/quadruple/octuple, scene, puzzle-3x3/4x4/4x5/4x6 (OGBench's
+  `commands.sh` and horizon-reduction's 1B commands use this one script for all of them; published counts
+  `ogbench_utils.PUBLISHED_NUM_EPISODES`: puzzle-4x4 1000, puzzle-4x5 3000, puzzle-4x6 5000, cube-octuple none
+  (only its 100M set, shards of 1000)). humanoidmaze data come from trained expert policies
+  (`generate_locomaze.py` with OGBench's SAC experts), not oracles: refused with one line naming the download.
 - scene episodes whose cube leaves the table area (y >= 0.29, or y <= -0.3 outside the drawer's
   height band 0.06..0.08) are discarded and redrawn.
 - each row stores the observation s_t, the action a_t, `terminals` (True on the episode's last
@@ -82,6 +87,7 @@ import dataclasses
 import importlib.metadata
 import multiprocessing
 import os
+import sys
 import time
 import zipfile
 from collections.abc import Iterator
@@ -108,7 +114,12 @@ def _p_stack(domain: str, rng: np.random.Generator) -> float:
     """Per-episode probability that a new cube target is on top of another cube (published values)."""
     if domain == "cube-single":
         return 0.0
-    low_high = {"cube-double": (0.0, 0.25), "cube-triple": (0.05, 0.35), "cube-quadruple": (0.1, 0.5)}
+    low_high = {
+        "cube-double": (0.0, 0.25),
+        "cube-triple": (0.05, 0.35),
+        "cube-quadruple": (0.1, 0.5),
+        "cube-octuple": (0.0, 0.35),
+    }
     if domain in low_high:
         return float(rng.uniform(*low_high[domain]))
     return 0.5  # scene (puzzle ignores it)
@@ -546,6 +557,11 @@ def main(_):
     from absl import flags
 
     f = flags.FLAGS
+    try:
+        resolve_dataset_name(f.env_name, f.dataset_type)  # e.g. humanoidmaze: one line naming the download
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     summary = generate_dataset(
         f.env_name,
         num_episodes=f.num_episodes,

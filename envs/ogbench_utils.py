@@ -1,4 +1,4 @@
-"""OGBench single-task environments and their offline datasets, loaded from local files.
+"""OGBench environment and dataset names, single-task environments and their offline datasets, from local files.
 
 The files get there by `python -m envs.download_datasets` (the official files, for reproducing the paper;
 `download_command`) or, without network, by `python -m envs.generate_dataset` (the same procedure with
@@ -11,7 +11,9 @@ Names (see `parse_ogbench_name`):
     gym env id     <domain>-singletask[-task<N>]-v0           what `gymnasium.make` is given
     collection id  <domain>-v0                                the env the generator drives
 
-with <domain> in `DOMAINS` and <type> in `DATASET_TYPES`. Without `-task<N>` ogbench uses the
+with <domain> in `DOMAINS` and <type> in `DATASET_TYPES`. Goal-conditioned names
+`<domain>-<type>-oraclerep-v0` (domains `GOAL_DOMAINS`, humanoidmaze with type 'navigate') read the same
+dataset files; their envs and loader are in `envs/ogbench_goals.py`. Without `-task<N>` ogbench uses the
 domain's default task, set in the env's `set_tasks`: task 2 for cube-* and scene, task 4 for
 puzzle-3x3 (`effective_task_id` returns the number, `ogbench_metadata` records it).
 
@@ -74,51 +76,92 @@ from ogbench.relabel_utils import relabel_dataset
 
 DEFAULT_DATASET_DIR = "~/.ogbench/data"
 
-# Domains used in the paper (plus cube-single). ogbench ships more (puzzle-4x4, cube-octuple, ...);
-# add them here once they are tested.
+# Single-task domains: the QC paper's (plus cube-single). ogbench ships more single-task envs (puzzle-4x4,
+# cube-octuple, ...); add them here once they are tested.
 DOMAINS = ("cube-single", "cube-double", "cube-triple", "cube-quadruple", "scene", "puzzle-3x3")
 DATASET_TYPES = ("play", "noisy")
 NUM_TASKS = 5
+# Goal-conditioned domains (`<domain>-<type>-oraclerep-v0`, offline goal-conditioned RL such as DQC): the DQC
+# paper's cube-triple, cube-quadruple, cube-octuple, puzzle-4x5, puzzle-4x6 and humanoidmaze-giant, plus
+# smaller ones.
+GOAL_DOMAINS = (
+    "cube-single",
+    "cube-double",
+    "cube-triple",
+    "cube-quadruple",
+    "cube-octuple",
+    "scene",
+    "puzzle-3x3",
+    "puzzle-4x4",
+    "puzzle-4x5",
+    "puzzle-4x6",
+    "humanoidmaze-giant",
+)
+# Domains whose data come from trained expert policies (OGBench's generate_locomaze.py with its SAC experts),
+# not from the scripted oracles: download only. Their dataset type is 'navigate'.
+EXPERT_DOMAINS = ("humanoidmaze-giant",)
+EXPERT_DATASET_TYPES = ("navigate",)
+ALL_DOMAINS = tuple(dict.fromkeys(DOMAINS + GOAL_DOMAINS))
 
-# Stored trajectory keys and the domains that also need the button states for relabelling.
+# Stored trajectory keys; scene and puzzle files also store `button_states` (`OGBenchName.has_button_states`).
 TRAJECTORY_KEYS = ("observations", "actions", "terminals", "qpos", "qvel")
-BUTTON_DOMAINS = ("scene", "puzzle-3x3")
 # Keys checked for NaN/inf when a file is read.
 FINITE_KEYS = ("observations", "actions", "qpos", "qvel")
 # When env.step(a_t) computes reward/success/terminated: of s_{t+1} ('post', ogbench 1.1.2 and the paper)
 # or of s_t ('pre', ogbench >= 1.2.0's singletask registrations). See the module docstring.
 SUCCESS_TIMINGS = ("post", "pre")
-# Published episode counts of the OGBench 'play'/'noisy' datasets (train file; val adds 10%).
+# Published episode counts of the OGBench 'play'/'noisy' datasets (train file; val adds 10%; OGBench's
+# data_gen_scripts/commands.sh). cube-octuple has no published default file (only the 100M shards, 1000
+# episodes each): 1000 is one shard's count.
 PUBLISHED_NUM_EPISODES = {
     "cube-single": 1000,
     "cube-double": 1000,
     "cube-triple": 3000,
     "cube-quadruple": 5000,
+    "cube-octuple": 1000,
     "scene": 1000,
     "puzzle-3x3": 1000,
+    "puzzle-4x4": 1000,
+    "puzzle-4x5": 3000,
+    "puzzle-4x6": 5000,
 }
-# Episodes per shard of OGBench's large sets (100 shards x 1000 episodes of 1000 transitions = 100M).
+# Episodes per shard of OGBench's large sets (100 shards x 1000 episodes of 1000 transitions = 100M; the
+# DQC paper's 1B sets: 1000 such shards).
 SHARD_EPISODES = 1000
 
 _DOMAIN_RE = "|".join(re.escape(d) for d in DOMAINS)
+_ALL_DOMAIN_RE = "|".join(re.escape(d) for d in ALL_DOMAINS)
+_GOAL_DOMAIN_RE = "|".join(re.escape(d) for d in GOAL_DOMAINS)
 _TYPE_RE = "|".join(DATASET_TYPES)
+_ANY_TYPE_RE = "|".join(DATASET_TYPES + EXPERT_DATASET_TYPES)
 _ENV_RE = re.compile(rf"^(?P<domain>{_DOMAIN_RE})-(?P<type>{_TYPE_RE})-singletask(?:-task(?P<task>\d+))?-v0$")
-_DATASET_RE = re.compile(rf"^(?P<domain>{_DOMAIN_RE})-(?P<type>{_TYPE_RE})-v0$")
-_COLLECTION_RE = re.compile(rf"^(?P<domain>{_DOMAIN_RE})-v0$")
+_ORACLEREP_RE = re.compile(rf"^(?P<domain>{_GOAL_DOMAIN_RE})-(?P<type>{_ANY_TYPE_RE})-oraclerep-v0$")
+_DATASET_RE = re.compile(rf"^(?P<domain>{_ALL_DOMAIN_RE})-(?P<type>{_ANY_TYPE_RE})-v0$")
+_COLLECTION_RE = re.compile(rf"^(?P<domain>{_ALL_DOMAIN_RE})-v0$")
 
+_MANIPULATION_GOAL_DOMAINS = [d for d in GOAL_DOMAINS if d not in EXPERT_DOMAINS]
 SUPPORTED_PATTERNS = (
     f"{{{','.join(DOMAINS)}}}-{{{','.join(DATASET_TYPES)}}}-singletask-task{{1..{NUM_TASKS}}}-v0",
     f"{{{','.join(DOMAINS)}}}-{{{','.join(DATASET_TYPES)}}}-singletask-v0 (default task)",
+    f"{{{','.join(_MANIPULATION_GOAL_DOMAINS)}}}-{{{','.join(DATASET_TYPES)}}}-oraclerep-v0 (goal-conditioned)",
+    f"{{{','.join(EXPERT_DOMAINS)}}}-{{{','.join(EXPERT_DATASET_TYPES)}}}-oraclerep-v0 (goal-conditioned)",
 )
+
+
+def dataset_types(domain: str) -> tuple[str, ...]:
+    """The dataset types OGBench publishes for `domain`: ('navigate',) for humanoidmaze, else ('play', 'noisy')."""
+    return EXPERT_DATASET_TYPES if domain in EXPERT_DOMAINS else DATASET_TYPES
 
 
 @dataclasses.dataclass(frozen=True)
 class OGBenchName:
-    """The parts of an OGBench name. `task_id` is None for a dataset name or the default task."""
+    """The parts of an OGBench name. `task_id` is None for a dataset name or the default task; `oraclerep` is
+    True for a goal-conditioned env name (`<domain>-<type>-oraclerep-v0`)."""
 
     domain: str
     dataset_type: str | None
     task_id: int | None = None
+    oraclerep: bool = False
 
     @property
     def dataset_name(self) -> str:
@@ -127,31 +170,49 @@ class OGBenchName:
 
     @property
     def env_id(self) -> str:
-        """Registered single-task gymnasium id, e.g. 'cube-double-singletask-task2-v0'."""
+        """The gymnasium id the env is made from: the single-task id, e.g. 'cube-double-singletask-task2-v0',
+        or for an oraclerep name the goal-conditioned id, e.g. 'cube-double-v0'."""
+        if self.oraclerep:
+            return self.collection_env_id
         task = "" if self.task_id is None else f"-task{self.task_id}"
         return f"{self.domain}-singletask{task}-v0"
 
     @property
     def env_name(self) -> str:
-        """Training env name, e.g. 'cube-double-play-singletask-task2-v0'."""
+        """Training env name, e.g. 'cube-double-play-singletask-task2-v0' or 'cube-double-play-oraclerep-v0'."""
+        if self.oraclerep:
+            return f"{self.domain}-{self.dataset_type}-oraclerep-v0"
         task = "" if self.task_id is None else f"-task{self.task_id}"
         return f"{self.domain}-{self.dataset_type}-singletask{task}-v0"
 
     @property
     def collection_env_id(self) -> str:
-        """Goal-conditioned gymnasium id the data generator drives, e.g. 'cube-double-v0'."""
+        """Goal-conditioned gymnasium id (the env the data generator drives), e.g. 'cube-double-v0'."""
         return f"{self.domain}-v0"
 
     @property
     def has_button_states(self) -> bool:
-        return self.domain in BUTTON_DOMAINS
+        """Scene and puzzle files store `button_states` (relabelling and oracle representations need them)."""
+        return self.domain == "scene" or self.domain.startswith("puzzle")
+
+    @property
+    def expert_data(self) -> bool:
+        """The data come from trained expert policies (humanoidmaze): download only."""
+        return self.domain in EXPERT_DOMAINS
+
+
+def _check_type(name: str, domain: str, dataset_type: str) -> None:
+    if dataset_type not in dataset_types(domain):
+        raise ValueError(f"{name!r}: {domain} datasets are of type {' or '.join(dataset_types(domain))}.")
 
 
 def parse_ogbench_name(name: str) -> OGBenchName | None:
-    """Parse a training env name, a dataset name or a collection env id; None if it is none of them.
+    """Parse a training env name (single-task or oraclerep), a dataset name or a collection env id; None if it
+    is none of them.
 
     Raises:
-        ValueError: a singletask name whose task id is outside 1..5.
+        ValueError: a singletask name whose task id is outside 1..5; a dataset type the domain does not have
+            (e.g. humanoidmaze-giant-play-v0: humanoidmaze's data are 'navigate').
     """
     m = _ENV_RE.match(name)
     if m is not None:
@@ -159,8 +220,13 @@ def parse_ogbench_name(name: str) -> OGBenchName | None:
         if task_id is not None and not 1 <= task_id <= NUM_TASKS:
             raise ValueError(f"{name!r}: task id must be in 1..{NUM_TASKS}, got {task_id}.")
         return OGBenchName(m["domain"], m["type"], task_id)
+    m = _ORACLEREP_RE.match(name)
+    if m is not None:
+        _check_type(name, m["domain"], m["type"])
+        return OGBenchName(m["domain"], m["type"], oraclerep=True)
     m = _DATASET_RE.match(name)
     if m is not None:
+        _check_type(name, m["domain"], m["type"])
         return OGBenchName(m["domain"], m["type"])
     m = _COLLECTION_RE.match(name)
     if m is not None:
@@ -173,6 +239,12 @@ def is_ogbench_env(env_name: str) -> bool:
     return _ENV_RE.match(env_name) is not None
 
 
+def is_oraclerep_env(env_name: str) -> bool:
+    """True for a supported goal-conditioned env name `<domain>-<type>-oraclerep-v0` (see `SUPPORTED_PATTERNS`)."""
+    m = _ORACLEREP_RE.match(env_name)
+    return m is not None and m["type"] in dataset_types(m["domain"])
+
+
 def _parse_env_name(env_name: str) -> OGBenchName:
     parsed = parse_ogbench_name(env_name) if is_ogbench_env(env_name) else None
     if parsed is None:
@@ -182,18 +254,40 @@ def _parse_env_name(env_name: str) -> OGBenchName:
     return parsed
 
 
+def parse_oraclerep_name(env_name: str) -> OGBenchName:
+    """The parts of a goal-conditioned env name; `ValueError` (listing the supported names) for anything else."""
+    parsed = parse_ogbench_name(env_name) if _ORACLEREP_RE.match(env_name) else None
+    if parsed is None:
+        raise ValueError(
+            f"Not a supported OGBench goal-conditioned env name: {env_name!r}. Supported: "
+            + "; ".join(SUPPORTED_PATTERNS[2:])
+        )
+    return parsed
+
+
+def expert_data_error(dataset_name: str) -> str:
+    """One line: why an expert-policy dataset (humanoidmaze) cannot be generated, and the download command."""
+    return (
+        f"{dataset_name} is collected by trained expert policies (OGBench's generate_locomaze.py with its SAC "
+        f"experts), not by scripted oracles, so it cannot be generated here; download it: "
+        f"{download_command(dataset_name)}"
+    )
+
+
 def resolve_dataset_name(env_name: str, dataset_type: str | None = None) -> OGBenchName:
     """The dataset to generate for a dataset name, a training env name or a `<domain>-v0` id.
 
     Args:
-        env_name: e.g. 'cube-single-play-v0', 'cube-single-play-singletask-task1-v0' or 'cube-single-v0'.
+        env_name: e.g. 'cube-single-play-v0', 'cube-single-play-singletask-task1-v0',
+            'puzzle-4x5-play-oraclerep-v0' or 'cube-single-v0'.
         dataset_type: 'play' or 'noisy'; default: the one in the name, else 'play'.
 
     Returns:
-        `OGBenchName` with `domain` and `dataset_type` set (task_id None).
+        `OGBenchName` with `domain` and `dataset_type` set (task_id None, oraclerep False).
 
     Raises:
-        ValueError: unknown name or type, or a type that contradicts the name.
+        ValueError: unknown name or type, a type that contradicts the name, or a domain whose data come from
+            expert policies (humanoidmaze: one line naming the download command).
     """
     name = parse_ogbench_name(env_name)
     if name is None:
@@ -202,6 +296,8 @@ def resolve_dataset_name(env_name: str, dataset_type: str | None = None) -> OGBe
             f"cube-single-play-v0), a training env name, or <domain>-v0 with --dataset_type; "
             f"domains {sorted(PUBLISHED_NUM_EPISODES)}, types {DATASET_TYPES}."
         )
+    if name.expert_data:
+        raise ValueError(expert_data_error(OGBenchName(name.domain, EXPERT_DATASET_TYPES[0]).dataset_name))
     if dataset_type is not None and dataset_type not in DATASET_TYPES:
         raise ValueError(f"dataset_type must be one of {DATASET_TYPES}, got {dataset_type!r}.")
     if name.dataset_type is not None and dataset_type is not None and dataset_type != name.dataset_type:
@@ -335,48 +431,138 @@ def _relabel_env(env_id: str) -> gymnasium.Env:
     return gymnasium.make(env_id)
 
 
-def _ways_to_get(path: str, dataset_name: str) -> str:
-    """Both ways to get the file at `path`: the official download first, then the local generator."""
+# The data the DQC paper's runs used per domain (release experiments/reproduce.py, `sizes`): a large shard set, or
+# None for the standard file. OGBench hosts the 100M sets; the 1B sets are not hosted (too large: the authors
+# generate them, 1000 shards of 1000 episodes; horizon-reduction's README) and its 100M set is a tenth of one.
+DQC_PAPER_DATA = {
+    "cube-triple": "cube-triple-play-100m-v0",
+    "cube-quadruple": "cube-quadruple-play-100m-v0",
+    "cube-octuple": "cube-octuple-play-1b-v0",
+    "puzzle-4x5": None,
+    "puzzle-4x6": "puzzle-4x6-play-1b-v0",
+    "humanoidmaze-giant": None,
+}
+NUM_SHARDS = {"100m": 100, "1b": 1000}  # shards per large set (humanoidmaze's 100M set: 25 longer ones)
+_SHARD_SET_RE = re.compile(r"^(?P<stem>.+)-(?P<size>100m|1b)-v0$")
+
+
+def parse_shard_set(set_name: str) -> tuple[str, str] | None:
+    """`'cube-octuple-play-1b-v0'` -> `('cube-octuple-play-v0', '1b')`; None for another name."""
+    m = _SHARD_SET_RE.match(set_name)
+    return None if m is None else (f"{m['stem']}-v0", m["size"])
+
+
+def shard_generator_command(set_name: str, dataset_dir: str = DEFAULT_DATASET_DIR) -> str:
+    """A one-line shell loop that generates a large set's shards locally (shard `i` with `--seed=$i`).
+
+    Args:
+        set_name: e.g. 'cube-quadruple-play-100m-v0' (100 shards) or 'cube-octuple-play-1b-v0' (1000 shards).
+        dataset_dir: the directory that holds `<set_name>/`.
+
+    Raises:
+        ValueError: not a large-set name, or a domain that cannot be generated (humanoidmaze).
+    """
+    parsed = parse_shard_set(set_name)
+    if parsed is None:
+        raise ValueError(f"{set_name!r} is not a large set name (<dataset stem>-100m-v0 or -1b-v0).")
+    dataset, size = parsed
+    directory = os.path.join(os.path.expanduser(dataset_dir), set_name)
+    save_path = f"{shlex.quote(directory)}/{dataset}-$(printf %03d $i).npz"
+    command = generator_command(dataset, save_path, SHARD_EPISODES, "$i")
+    return f"for i in $(seq 0 {NUM_SHARDS[size] - 1}); do {command}; done"
+
+
+def _ways_to_get(path: str, dataset_name: str, goal_conditioned: bool = False) -> str:
+    """Every way to get the file at `path`: the official download first, then the local generator (where the
+    data can be generated: not humanoidmaze's, which come from expert policies). `goal_conditioned` adds the
+    data the DQC paper used for the domain."""
     directory = os.path.dirname(os.path.abspath(path))
     shard_set = os.path.basename(directory)
-    shard = re.fullmatch(rf"{re.escape(dataset_name[: -len('-v0')])}-\d+[mb]-v0", shard_set)
+    parsed = parse_ogbench_name(dataset_name)
+    domain, expert = parsed.domain, parsed.expert_data
+    stem = dataset_name[: -len("-v0")]
+    shard = re.fullmatch(rf"{re.escape(stem)}-(?P<size>\d+[mb])-v0", shard_set)
     index = re.search(r"-(\d+)\.npz$", path)
-    generate = generator_command(dataset_name, save_path=path)
+    lines = []
     if shard:
         # A shard of a large set, e.g. .../cube-quadruple-play-100m-v0/cube-quadruple-play-v0-003.npz.
-        download = download_command(shard_set, os.path.dirname(directory)) + "  (fetches the shards not present)"
-        generate = generator_command(dataset_name, path, SHARD_EPISODES, int(index[1]) if index else 0)
+        parent = os.path.dirname(directory)
+        if shard["size"] == "1b":
+            hosted = f"{stem}-100m-v0"
+            lines += [
+                f"{shard_set} is not hosted (the authors generate the 1B sets: {NUM_SHARDS['1b']} shards of "
+                f"{SHARD_EPISODES} episodes). Download the hosted 100M set ({hosted}, a tenth of it) instead:",
+                f"  {download_command(hosted, parent)}, then --ogbench_dataset_dir={os.path.join(parent, hosted)}",
+            ]
+        else:
+            lines += [
+                "To reproduce the paper, download the official shards (network access to rail.eecs.berkeley.edu):",
+                f"  {download_command(shard_set, parent)}  (fetches the shards not present)",
+            ]
+        if not expert:
+            generate = generator_command(dataset_name, path, SHARD_EPISODES, int(index[1]) if index else 0)
+            lines += [
+                "Without network, generate this shard locally with OGBench's oracles (same procedure, different "
+                "random draws):",
+                f"  {generate}",
+            ]
+            if parse_shard_set(shard_set) is not None:
+                lines += ["or every shard of the set:", f"  {shard_generator_command(shard_set, parent)}"]
     else:
-        download = download_command(dataset_name, directory)
-        saved_as = os.path.join(directory, f"{dataset_name}.npz")
-        if os.path.abspath(path) != saved_as:
-            download += f"  (it writes {saved_as}; pass --dataset_path={shlex.quote(saved_as)})"
-    lines = [
-        "To reproduce the paper, download the official file (needs network access to rail.eecs.berkeley.edu):",
-        f"  {download}",
-    ]
-    if dataset_name == "cube-quadruple-play-v0" and not shard:
-        shards = os.path.join(os.path.expanduser(DEFAULT_DATASET_DIR), "cube-quadruple-play-100m-v0")
-        lines += [
-            "(the paper's cube-quadruple runs use the 100M-transition shards instead:",
-            f"  {download_command('cube-quadruple-play-100m-v0')}, then --ogbench_dataset_dir={shards})",
-        ]
-    lines += [
-        "Without network, generate it locally with OGBench's oracles (same procedure, different random draws):",
-        f"  {generate}",
-    ]
+        if domain == "cube-octuple":
+            hosted = f"{stem}-100m-v0"
+            shards = os.path.join(directory, hosted)
+            lines += [
+                "OGBench publishes no default cube-octuple dataset; download its 100M shards (needs network access "
+                "to rail.eecs.berkeley.edu):",
+                f"  {download_command(hosted, directory)}, then --ogbench_dataset_dir={shards}",
+            ]
+        else:
+            download = download_command(dataset_name, directory)
+            saved_as = os.path.join(directory, f"{dataset_name}.npz")
+            if os.path.abspath(path) != saved_as:
+                download += f"  (it writes {saved_as}; pass --dataset_path={shlex.quote(saved_as)})"
+            lines += [
+                "To reproduce the paper, download the official file (needs network access to rail.eecs.berkeley.edu):",
+                f"  {download}",
+            ]
+        paper_set = DQC_PAPER_DATA.get(domain) if goal_conditioned else None
+        if dataset_name == "cube-quadruple-play-v0" and not goal_conditioned:
+            paper_set = "cube-quadruple-play-100m-v0"
+        if paper_set is not None and paper_set.startswith(stem):
+            shards = os.path.join(os.path.expanduser(DEFAULT_DATASET_DIR), paper_set)
+            if paper_set.endswith("-100m-v0"):
+                how = f"{download_command(paper_set)}, then --ogbench_dataset_dir={shards}"
+            else:
+                generate = shard_generator_command(paper_set)
+                how = f"not hosted, generate it: {generate}; then --ogbench_dataset_dir={shards}"
+            lines += [f"(the paper's {domain} runs use the large set {paper_set} instead:", f"  {how})"]
+        if not expert:
+            lines += [
+                "Without network, generate it locally with OGBench's oracles (same procedure, different random draws):",
+                f"  {generator_command(dataset_name, save_path=path)}",
+            ]
+    if expert:
+        lines.append(
+            f"{dataset_name} comes from trained expert policies (OGBench's generate_locomaze.py with its SAC "
+            "experts), not from scripted oracles: it cannot be generated here."
+        )
     return "\n".join(lines)
 
 
-def _missing_file_error(path: str, dataset_name: str) -> FileNotFoundError:
-    return FileNotFoundError(f"OGBench dataset file not found: {path}\n{_ways_to_get(path, dataset_name)}")
+def _missing_file_error(path: str, dataset_name: str, goal_conditioned: bool = False) -> FileNotFoundError:
+    return FileNotFoundError(
+        f"OGBench dataset file not found: {path}\n{_ways_to_get(path, dataset_name, goal_conditioned)}"
+    )
 
 
-def _read_trajectories(path: str, dataset_name: str, needs_buttons: bool) -> dict[str, np.ndarray]:
+def read_trajectories(
+    path: str, dataset_name: str, needs_buttons: bool, goal_conditioned: bool = False
+) -> dict[str, np.ndarray]:
     """Read and check the stored trajectory arrays of one npz file (see the module docstring)."""
     if not os.path.isfile(path):
-        raise _missing_file_error(path, dataset_name)
-    regenerate = f"Delete it and get it again.\n{_ways_to_get(path, dataset_name)}"
+        raise _missing_file_error(path, dataset_name, goal_conditioned)
+    regenerate = f"Delete it and get it again.\n{_ways_to_get(path, dataset_name, goal_conditioned)}"
     keys = TRAJECTORY_KEYS + (("button_states",) if needs_buttons else ())
     read_errors = (zipfile.BadZipFile, EOFError, OSError, ValueError, zlib.error, KeyError)
     try:
@@ -467,7 +653,7 @@ def load_ogbench_dataset(
     """
     name = _parse_env_name(env_name)
     check_success_timing(success_timing)
-    arrays = _read_trajectories(path, name.dataset_name, name.has_button_states)
+    arrays = read_trajectories(path, name.dataset_name, name.has_button_states)
 
     ends = arrays["terminals"].astype(bool)
     starts = np.flatnonzero(~ends)  # rows that have a next state in the same trajectory
@@ -543,7 +729,9 @@ def resolve_dataset_paths(env_name: str, dataset_path: str | None = None, datase
             command), or `dataset_dir` holds neither layout.
         ValueError: unsupported env name.
     """
-    dataset_name = _parse_env_name(env_name).dataset_name
+    goal_conditioned = is_oraclerep_env(env_name)
+    name = parse_oraclerep_name(env_name) if goal_conditioned else _parse_env_name(env_name)
+    dataset_name = name.dataset_name
     if dataset_path is not None:
         paths = [os.path.expanduser(dataset_path)]
     else:
@@ -553,13 +741,13 @@ def resolve_dataset_paths(env_name: str, dataset_path: str | None = None, datase
             try:
                 paths = list_dataset_shards(dataset_dir, dataset_name)
             except FileNotFoundError:
-                raise _missing_file_error(path, dataset_name) from None
+                raise _missing_file_error(path, dataset_name, goal_conditioned) from None
     if os.path.isdir(paths[0]):
         raise ValueError(
             f"--dataset_path={paths[0]} is a directory; pass one npz file, or the directory as --ogbench_dataset_dir."
         )
     if not os.path.isfile(paths[0]):
-        raise _missing_file_error(paths[0], dataset_name)
+        raise _missing_file_error(paths[0], dataset_name, goal_conditioned)
     return paths
 
 

@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 
 import gymnasium
+import numpy as np
 
 # Info keys the reference drops from OGBench infos (large per-step privileged/proprioceptive state).
 OGBENCH_INFO_FILTERS = (".*privileged.*", ".*proprio.*")
@@ -61,3 +62,28 @@ class EpisodeMonitor(gymnasium.Wrapper):
                 "duration": time.perf_counter() - self._start,
             }
         return ob, reward, terminated, truncated, info
+
+
+class GlobalNumpySeeding(gymnasium.Wrapper):
+    """Runs every seeded `reset` with numpy's global legacy RNG seeded from the reset seed, then restores it.
+
+    ogbench's locomotion envs draw their start and goal noise from the global `np.random` (`maze.py`'s
+    `add_noise`), which `reset(seed=s)` does not seed; so without this, the same `s` gives other start and
+    goal positions depending on what drew from the global RNG before, in this process. Here `reset(seed=s)`
+    seeds the global RNG with `SeedSequence(s, spawn_key=(GLOBAL_NUMPY_SPAWN_KEY,))` around the inner reset and
+    puts the caller's global state back afterwards, so a reset depends on `s` (and the options) only, in any
+    process (the workers of an async vector env too). `reset()` without a seed and `step` are left alone.
+    """
+
+    GLOBAL_NUMPY_SPAWN_KEY = 1
+
+    def reset(self, *, seed=None, options=None):
+        if seed is None:
+            return self.env.reset(seed=seed, options=options)
+        saved = np.random.get_state()
+        sequence = np.random.SeedSequence(int(seed), spawn_key=(self.GLOBAL_NUMPY_SPAWN_KEY,))
+        np.random.seed(int(sequence.generate_state(1)[0]))
+        try:
+            return self.env.reset(seed=seed, options=options)
+        finally:
+            np.random.set_state(saved)

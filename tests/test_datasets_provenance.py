@@ -180,7 +180,7 @@ def test_names_become_datasets_without_duplicates():
         ("cube-double-v0", "cannot download 'cube-double-v0'"),  # no dataset type
         ("antmaze-large-navigate-v0", "cannot download"),
         ("cube-double-play-singletask-task6-v0", "task id must be in 1..5"),
-        ("cube-octuple-play-100m-v0", "cannot download"),
+        ("cube-octuple-play-1b-v0", "not hosted"),
     ]:
         with pytest.raises(DownloadError, match=message):
             parse_names(bad)

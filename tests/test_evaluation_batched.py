@@ -24,7 +24,7 @@ from agents.acfql import ACFQLAgent, get_config
 from envs import env_utils
 from envs.wrappers import OGBENCH_INFO_FILTERS, EpisodeMonitor
 from evaluation import evaluate, evaluate_batched, make_eval_vector_env
-from utils import seeding
+from utils import seeding, vector_eval
 
 OGBENCH_ENV = "cube-double-play-singletask-task2-v0"
 
@@ -161,7 +161,7 @@ def test_batched_equals_sequential_with_acfql(actor_type, batching, step, scale,
     """Best-of-N batches its rows ('vmap'); the one-step actor's rows are looped over ('map')."""
     agent, episodes = acfql_agents[actor_type], 6
     vector_env = target_vector_env(4, scale=scale)
-    assert evaluation._static_batching(agent, np.zeros(3, np.float32), 4) == batching
+    assert vector_eval.static_batching(agent, np.zeros(3, np.float32), 4) == batching
     sequential = evaluate(agent, make_target_env(scale=scale), episodes, seed=1, step=step, progress=False)
     batched = evaluate_batched(agent, vector_env, episodes, seed=1, step=step, progress=False)
     assert_same_results(sequential, batched, check_lengths_vary=True)
@@ -169,13 +169,13 @@ def test_batched_equals_sequential_with_acfql(actor_type, batching, step, scale,
 
 def test_auto_checks_the_first_call_and_falls_back_to_map(acfql_agents, target_vector_env, monkeypatch, caplog):
     """Were the static rule wrong, the first call's rows differ from single calls: 'auto' switches to 'map'."""
-    monkeypatch.setattr(evaluation, "_BATCHING_CACHE", {})
-    monkeypatch.setattr(evaluation, "_static_batching", lambda *args: "vmap")
+    monkeypatch.setattr(vector_eval, "BATCHING_CACHE", {})
+    monkeypatch.setattr(vector_eval, "static_batching", lambda *args: "vmap")
     agent, vector_env = acfql_agents["distill-ddpg"], target_vector_env(4, scale=5.0)
     sequential = evaluate(agent, make_target_env(scale=5.0), 6, seed=1, step=9, progress=False)
     batched = evaluate_batched(agent, vector_env, 6, seed=1, step=9, progress=False)
     assert_same_results(sequential, batched)
-    assert list(evaluation._BATCHING_CACHE.values()) == ["map"]
+    assert list(vector_eval.BATCHING_CACHE.values()) == ["map"]
     assert "differ from single calls" in caplog.text
 
 
@@ -199,20 +199,20 @@ def test_slots_call_the_policy_together_at_chunk_boundaries(target_vector_env, m
     batched call serves every running slot, only at steps that are multiples of `h`."""
     agent, vector_env, h = NoisyAgent(gain=jnp.float32(0.5), h=4), target_vector_env(3), 4
     runners, calls = [], []
-    init, policy_call = evaluation._LockstepRunner.__init__, evaluation._BatchedPolicy.__call__
+    init, policy_call = vector_eval.LockstepRunner.__init__, vector_eval.BatchedPolicy.__call__
 
     def recording_init(self, *args, **kwargs):
         init(self, *args, **kwargs)
         runners.append(self)
 
-    def recording_call(self, observations, streams, rows):
+    def recording_call(self, observations, goals, streams, rows):
         runner = runners[-1]
         running = (runner.episode >= 0) & ~runner.waiting
         calls.append((runner.t, rows.copy(), running))
-        return policy_call(self, observations, streams, rows)
+        return policy_call(self, observations, goals, streams, rows)
 
-    monkeypatch.setattr(evaluation._LockstepRunner, "__init__", recording_init)
-    monkeypatch.setattr(evaluation._BatchedPolicy, "__call__", recording_call)
+    monkeypatch.setattr(vector_eval.LockstepRunner, "__init__", recording_init)
+    monkeypatch.setattr(vector_eval.BatchedPolicy, "__call__", recording_call)
     _, trajs, _ = evaluate_batched(agent, vector_env, 8, seed=2, step=0, progress=False)
     lengths = [len(t["done"]) for t in trajs]
     assert len({n % h for n in lengths}) > 1  # episodes do end mid-chunk
@@ -332,7 +332,7 @@ def test_slot_info_rebuilds_each_envs_info():
     vector_env.reset()
     *_, infos = vector_env.step(np.zeros((3, 1), np.float32))
     for slot, env in enumerate(envs):
-        rebuilt, original = evaluation._slot_info(infos, slot), env.info()
+        rebuilt, original = vector_eval.slot_info(infos, slot), env.info()
         assert set(rebuilt) == set(original)
         for k, v in original.items():
             if isinstance(v, dict):

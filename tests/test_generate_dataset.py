@@ -153,8 +153,9 @@ def _files_equal(a, b):
 
 # noisy cube draws from all three streams of an episode (our Generator: noise level, random actions, action
 # noise; the env's; the global legacy RNG in the Markov oracles' resets), play scene from the env's and the
-# legacy one (plan-oracle noise) with four oracles. (cube-single play never draws from our Generator.)
-@pytest.mark.parametrize("name", ["cube-single-noisy-v0", "scene-play-v0"])
+# legacy one (plan-oracle noise) with four oracles, play cube-octuple from all three (p_stack ~ U(0, 0.35) from
+# our Generator). (cube-single play never draws from our Generator.)
+@pytest.mark.parametrize("name", ["cube-single-noisy-v0", "scene-play-v0", "cube-octuple-play-v0"])
 def test_num_workers_give_byte_identical_files(name, tmp_path):
     one = _generate(str(tmp_path / "w1"), name)  # 2 train + 1 val episodes of STEPS rows, seed 0
     for w in (2, 3):

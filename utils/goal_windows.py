@@ -32,11 +32,20 @@ Rows with `terminals` = 1 end a trajectory; the last row must be one. Pass the r
 that have a successor (the project's OGBench loader; the release's compact layout, whose extra one-row
 trajectories hold no window, gives the same windows). All randomness comes from the `np.random.Generator`
 given to `sample` (the release used global `np.random`; the draws are in the release's order).
+
+`DeviceGoalWindows` holds the same tables on the device and draws the same distribution there with JAX keys
+(`sample(key, B)`), for `utils.device_sampler.offline_updates` (k gradient steps per host call); its
+`windows(idxs, goal_idxs)` equals `GoalWindows.sample(idxs=..., goal_idxs=...)` bit for bit.
 """
 
-from typing import Mapping
+from typing import Dict, Mapping, Optional
 
+import flax
+import jax
+import jax.numpy as jnp
 import numpy as np
+
+from utils.device_sampler import available_memory
 
 GOAL_KEYS = ("value_p_curgoal", "value_p_trajgoal", "value_p_randomgoal", "value_geom_sample")
 
@@ -129,7 +138,7 @@ class GoalWindows:
         Returns: dict of numpy arrays: `observations (B, D)`, `actions (B, A)` (a_i),
         `high_value_goals (B, G)`, `high_value_action_chunks (B, h * A)`, `valids (B, h)` float32,
         `high_value_next_observations (B, D)` (s_{i+k}), `high_value_backup_horizon (B,)` int32,
-        `high_value_rewards`, `high_value_masks (B,)` float32, `high_value_offsets (B,)` (goal row - i).
+        `high_value_rewards`, `high_value_masks (B,)` float32, `high_value_offsets (B,)` int32 (goal row - i).
         """
         idxs = self.random_starts(batch_size, rng) if idxs is None else np.asarray(idxs)
         if idxs.shape != (batch_size,) or idxs.min() < 0 or idxs.max() >= self.size:
@@ -150,5 +159,199 @@ class GoalWindows:
             "high_value_backup_horizon": k.astype(np.int32),
             "high_value_rewards": (self.discount**k * reached).astype(np.float32),
             "high_value_masks": 1.0 - reached,
-            "high_value_offsets": goal_idxs - idxs,
+            "high_value_offsets": (goal_idxs - idxs).astype(np.int32),  # int32, as on the device
         }
+
+
+# ---------------------------------------------------------------- on the device
+
+
+class DeviceGoalWindows(flax.struct.PyTreeNode):
+    """The tables of a `GoalWindows` on the device: `GoalWindows.sample`'s windows drawn with JAX keys.
+
+    Build with `DeviceGoalWindows.create(goal_windows)`. A pytree: the arrays below are its leaves; the
+    window size, discount, goal probabilities and row count are static, so it can be an argument of jitted
+    functions, of `utils.device_sampler.offline_updates` (which calls `sample(key, B)` inside its `lax.scan`)
+    and be shared by `jax.vmap` over seeds (`in_axes=None`).
+
+    * `windows(idxs, goal_idxs)` equals `GoalWindows.sample(B, rng, idxs=idxs, goal_idxs=goal_idxs)` bit for
+      bit: the same keys, dtypes and values (the gamma^k rewards come from a float32 table of the host's float64
+      powers, so they are the host's numbers).
+    * `sample(key, B)` draws what `GoalWindows.sample(B, rng)` draws, from the same distribution (not the
+      same numbers: JAX keys, not a numpy generator): starts uniform over the starts with a whole window;
+      goals the current state with probability `p_cur`, else a later state of the trajectory with
+      probability `p_traj / (1 - p_cur)` (uniform over `[i + 1, final]` with the host's rounding, or
+      `i + Geometric(1 - discount)` capped at `final`), else a random start.
+
+    Attributes:
+        observations: `(N, D)`; actions `(N, A)`; goals `(N, G)` or None (the goals are the observations).
+        final: `(N,)` int32, the last row of each row's trajectory.
+        valid_idxs: `(V,)` int32, the starts with a whole window (`GoalWindows.valid_idxs`).
+        discount_powers: `(h + 1,)` float32, `float32(discount ** k)` for k = 0..h computed in float64.
+    """
+
+    observations: jax.Array
+    actions: jax.Array
+    goals: Optional[jax.Array]
+    final: jax.Array
+    valid_idxs: jax.Array
+    discount_powers: jax.Array
+    horizon: int = flax.struct.field(pytree_node=False)
+    discount: float = flax.struct.field(pytree_node=False)
+    p_cur: float = flax.struct.field(pytree_node=False)
+    p_traj: float = flax.struct.field(pytree_node=False)
+    geom_sample: bool = flax.struct.field(pytree_node=False)
+    size: int = flax.struct.field(pytree_node=False)
+
+    @classmethod
+    def create(cls, windows: GoalWindows, device=None) -> "DeviceGoalWindows":
+        """Copy the tables of `windows` to `device` (default: JAX's default device).
+
+        Raises:
+            ValueError: a field whose dtype JAX would change (float64 / int64 without `jax_enable_x64`: cast
+                the data first), or more rows than int32 indexes.
+        """
+        _check_device_dtypes(windows)
+        if windows.size >= 2**31:
+            raise ValueError(f"DeviceGoalWindows indexes rows with int32; {windows.size} rows are too many.")
+        put = lambda x: jax.device_put(x, device)  # noqa: E731
+        rows = np.arange(windows.size)
+        return cls(
+            observations=put(windows.observations),
+            actions=put(windows.actions),
+            goals=None if windows.goals is windows.observations else put(windows.goals),
+            final=put(windows.final_idxs(rows).astype(np.int32)),
+            valid_idxs=put(windows.valid_idxs.astype(np.int32)),
+            discount_powers=put((windows.discount ** np.arange(windows.horizon + 1)).astype(np.float32)),
+            horizon=windows.horizon,
+            discount=windows.discount,
+            p_cur=float(windows.p_cur),
+            p_traj=float(windows.p_traj),
+            geom_sample=bool(windows.geom_sample),
+            size=windows.size,
+        )
+
+    @property
+    def nbytes(self) -> int:
+        """Device bytes held by the arrays (equals `estimate_nbytes` of the `GoalWindows`)."""
+        return int(sum(leaf.nbytes for leaf in jax.tree_util.tree_leaves(self)))
+
+    def start_rows(self, key: jax.Array, batch_size: int) -> jax.Array:
+        """`(B,)` int32 starts drawn uniformly from `valid_idxs` (`batch_size` static)."""
+        return self.valid_idxs[jax.random.randint(key, (batch_size,), 0, self.valid_idxs.shape[0])]
+
+    def sample_goals(self, key: jax.Array, idxs: jax.Array) -> jax.Array:
+        """`(B,)` int32 value-goal rows for the starts `idxs`, drawn like `GoalWindows.sample_goals`."""
+        if self.p_cur == 1.0:
+            return idxs
+        n = idxs.shape[0]
+        random_key, traj_key, choice_key, current_key = jax.random.split(key, 4)
+        random_goals = self.start_rows(random_key, n)  # drawn like the starts, as in the release
+        final = self.final[idxs]  # (B,)
+        if self.geom_sample:
+            offsets = jax.random.geometric(traj_key, 1 - self.discount, (n,), dtype=jnp.int32)  # >= 1
+            traj_goals = jnp.minimum(idxs + offsets, final)
+        else:
+            # The host's round(min(i + 1, final) * d + final * (1 - d)), written relative to i so that float32
+            # holds it exactly at any row count: i + round(min(1, final - i) * d + (final - i) * (1 - d)).
+            d = jax.random.uniform(traj_key, (n,))  # [0, 1)
+            span = (final - idxs).astype(jnp.float32)
+            traj_goals = idxs + jnp.round(jnp.minimum(1.0, span) * d + span * (1 - d)).astype(jnp.int32)
+        u_choice, u_current = jax.random.uniform(choice_key, (n,)), jax.random.uniform(current_key, (n,))
+        goals = jnp.where(u_choice < self.p_traj / (1.0 - self.p_cur), traj_goals, random_goals)
+        return jnp.where(u_current < self.p_cur, idxs, goals)
+
+    def windows(self, idxs, goal_idxs) -> Dict[str, jax.Array]:
+        """The windows at starts `idxs` with value goals `goal_idxs` (`(B,)` rows in `[0, N)`).
+
+        Returns the dict of `GoalWindows.sample` as device arrays, equal to it bit for bit.
+
+        Raises:
+            ValueError: concrete (not traced) rows outside `[0, N)` or not 1-D integers of one length.
+        """
+        for name, rows in (("idxs", idxs), ("goal_idxs", goal_idxs)):
+            if not isinstance(rows, jax.core.Tracer):
+                values = np.asarray(rows)
+                if values.ndim != 1 or not np.issubdtype(values.dtype, np.integer):
+                    raise ValueError(f"{name} must be a 1-D integer array, got {values.shape} {values.dtype}.")
+                if values.size and (values.min() < 0 or values.max() >= self.size):
+                    raise ValueError(f"DeviceGoalWindows.windows: {name} must be rows in [0, {self.size}).")
+        if np.shape(idxs) != np.shape(goal_idxs):
+            raise ValueError(f"idxs {np.shape(idxs)} and goal_idxs {np.shape(goal_idxs)} differ in shape.")
+        return _goal_windows(self, jnp.asarray(idxs, jnp.int32), jnp.asarray(goal_idxs, jnp.int32))
+
+    def sample(self, key: jax.Array, batch_size: int) -> Dict[str, jax.Array]:
+        """`batch_size` windows: starts and goals drawn with `key` (pure, jittable; `batch_size` static)."""
+        start_key, goal_key = jax.random.split(key)
+        idxs = self.start_rows(start_key, batch_size)
+        return _goal_windows(self, idxs, self.sample_goals(goal_key, idxs))
+
+
+@jax.jit
+def _goal_windows(w: DeviceGoalWindows, idxs: jax.Array, goal_idxs: jax.Array) -> Dict[str, jax.Array]:
+    """`GoalWindows.sample`'s arithmetic on the device (int32 rows; see `DeviceGoalWindows.windows`)."""
+    batch_size, h = idxs.shape[0], w.horizon
+    final = w.final[idxs]  # (B,)
+    k = jnp.minimum(h, final - idxs)  # (B,) the trajectory's end
+    offsets = goal_idxs - idxs  # (B,)
+    k = jnp.where((offsets >= 0) & (offsets < k), offsets, k)  # the goal, when it lies inside the window
+    reached = (k < h).astype(jnp.float32)  # (B,)
+    steps = idxs[:, None] + jnp.arange(h, dtype=jnp.int32)  # (B, h) rows of the window
+    chunks = w.actions[jnp.minimum(steps, final[:, None])]  # (B, h, A), the last row repeated past the end
+    goals = w.observations if w.goals is None else w.goals
+    return {
+        "observations": w.observations[idxs],
+        "actions": w.actions[idxs],
+        "high_value_goals": goals[goal_idxs],
+        "high_value_action_chunks": chunks.reshape(batch_size, -1),  # (B, h * A)
+        "valids": (steps <= final[:, None]).astype(jnp.float32),  # (B, h)
+        "high_value_next_observations": w.observations[idxs + k],
+        "high_value_backup_horizon": k.astype(jnp.int32),
+        "high_value_rewards": w.discount_powers[k] * reached,  # float32(gamma^k) or 0, the host's numbers
+        "high_value_masks": 1.0 - reached,
+        "high_value_offsets": offsets,
+    }
+
+
+def _check_device_dtypes(windows: GoalWindows):
+    fields = {"observations": windows.observations, "actions": windows.actions, "goals": windows.goals}
+    bad = {k: np.asarray(v).dtype for k, v in fields.items() if jax.dtypes.canonicalize_dtype(v.dtype) != v.dtype}
+    if bad:
+        raise ValueError(
+            f"DeviceGoalWindows: JAX would change the dtype of {bad} on the device (enable jax_enable_x64 or cast "
+            "the data to float32 first), so the windows would not equal the host's."
+        )
+
+
+def estimate_nbytes(windows: GoalWindows) -> int:
+    """Device bytes a `DeviceGoalWindows` of `windows` holds (without building it): observations, actions and
+    (when they are not the observations) goals at their dtypes, the per-row `final` and the valid starts
+    (int32), and the `h + 1` discount powers."""
+    arrays = [windows.observations, windows.actions] + (
+        [] if windows.goals is windows.observations else [windows.goals]
+    )
+    return int(
+        sum(np.asarray(a).nbytes for a in arrays)
+        + 4 * (windows.size + len(windows.valid_idxs))
+        + 4 * (windows.horizon + 1)
+    )
+
+
+def fits_on_device(windows: GoalWindows, device=None, fraction: float = 0.5) -> bool:
+    """Whether to sample `windows` on the device (`DeviceGoalWindows`) rather than on the host.
+
+    The rule of `utils.device_sampler.fits_on_device`: True when `estimate_nbytes(windows)` is at most `fraction`
+    of `available_memory(device)` and JAX holds every field at its dtype; the rest is left for the agent, its
+    optimizer state, activations and XLA's workspace (on CPU the host copy is already resident: the device
+    copy doubles it).
+
+    Raises:
+        ValueError: `fraction` outside `(0, 1]`.
+    """
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
+    try:
+        _check_device_dtypes(windows)
+    except ValueError:
+        return False
+    return estimate_nbytes(windows) <= fraction * available_memory(device)
