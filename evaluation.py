@@ -33,9 +33,9 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import jax
 import numpy as np
-from tqdm import tqdm, trange
 
 from utils import seeding
+from utils.progress import progress as progress_bar
 from utils.vector_eval import (  # noqa: F401  (re-exported: the drivers and tests import them from here)
     ASYNC_MIN_CORES,
     POLICY_BATCHINGS,
@@ -256,7 +256,7 @@ def evaluate(
             evaluation episodes; goal-conditioned: module docstring) is reset with `reset_seeds[i]` and its
             policy keys come from its own stream `fold_in(key, i)` (`episode_key`), split once per policy
             call (`rng, key_t = split(rng)`), so an episode's noise does not depend on the episodes before it.
-        progress: show a tqdm bar.
+        progress: show a progress bar (on a terminal only: `utils.progress`).
         vector_env: None (default): every episode runs on `env`, one after the other. Else a
             vector env from `make_eval_vector_env`: the evaluation episodes run on it in lockstep
             (`evaluate_batched`, the same per-episode results), the video episodes on `env`.
@@ -306,7 +306,9 @@ def evaluate(
             best_of_n=best_of_n,
         )
         first_video = num_eval
-    for i in trange(first_video, len(plan), desc="eval", leave=False, disable=not progress):
+    # (no bar at all when every episode ran batched: an empty one would be left behind)
+    episodes = range(first_video, len(plan))
+    for i in progress_bar(episodes, desc="eval", leave=False, disable=not progress or not len(episodes)):
         should_render = i >= num_eval
         result, info, calls = _run_episode(
             agent,
@@ -387,7 +389,7 @@ def evaluate_batched(
         num_eval_episodes: episodes to run (`>= 0`; goal-conditioned: per task).
         seed, step: as in `evaluate`.
         action_dim: size `A` of one action (default: `vector_env.single_action_space.shape[-1]`).
-        progress: show a tqdm bar of finished episodes.
+        progress: show a bar of finished episodes (on a terminal only: `utils.progress`).
         policy_batching: 'auto', 'vmap' or 'map' (above).
         task_names, action_chunk_eval_size, best_of_n: as in `evaluate`.
 
@@ -420,7 +422,7 @@ def evaluate_batched(
     policy = BatchedPolicy(agent, policy_batching, best_of_n)
     task_ids = None if task_names is None else plan
     runner = LockstepRunner(policy, vector_env, key, reset_seeds, action_dim, task_ids, max_actions)
-    with tqdm(total=len(plan), desc="eval", leave=False, disable=not progress) as bar:
+    with progress_bar(total=len(plan), desc="eval", leave=False, disable=not progress) as bar:
         results = runner.run(on_episode_end=lambda: bar.update(1))
     stats = _aggregate([(info, calls) for _, info, calls in results], plan, task_names)
     return stats, [traj for traj, _, _ in results], []

@@ -55,7 +55,13 @@ class AgentSpec:
         method_of: `resolved config -> --method name` of the paper method the config is (without the
             per-domain values), or None; plots label runs by it.
         short_names: short forms of settings in plot labels (`{'agent.actor_num_samples': 'N'}`).
-        goal_conditioned: the agent acts on `(observation, goal)` (`sample_actions(..., goals=)`).
+        goal_conditioned: the agent acts on `(observation, goal)` (`sample_actions(..., goals=)`) and is
+            evaluated on the env's evaluation goals.
+        windows: `(dataset, config) -> source` of its batches: `source.sample(B)` draws B windows with the
+            dataset's generator, `source.on_device()` gives a device sampler (`sample(key, B)`, jittable) when
+            `source.fits_on_device()`. Default: `utils.device_sampler.ChunkWindows` (h-step windows).
+        window_length: `config -> rows` a window needs (the data must have trajectories that long).
+        online: it can learn online (main.py's online phase, main_online.py); False: offline only.
     """
 
     name: str
@@ -68,6 +74,9 @@ class AgentSpec:
     method_of: Callable[[Mapping], Optional[str]] = lambda config: None
     short_names: Dict[str, str] = dataclasses.field(default_factory=dict)
     goal_conditioned: bool = False
+    windows: Optional[Callable[[object, Mapping], object]] = None
+    window_length: Callable[[Mapping], int] = lambda config: config["horizon_length"]
+    online: bool = True
 
 
 # ------------------------------------------------------------------------------------------------ config checks

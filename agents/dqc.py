@@ -35,6 +35,7 @@ import optax
 from agents import common
 from agents.common import aggregate
 from utils.flax_utils import ModuleDict, TrainState, nonpytree_field, scan_updates, select_keys, target_update
+from utils.goal_windows import GoalWindowSource
 from utils.networks import ActorVectorField, Value
 
 # What the losses read. Difference from the reference: its actor loss also read `actions`, only for the
@@ -483,4 +484,7 @@ SPEC = common.AgentSpec(
     method_of=method_of,
     short_names={"agent.backup_horizon": "h", "agent.policy_chunk_size": "h_a"},
     goal_conditioned=True,
+    windows=GoalWindowSource,
+    window_length=lambda config: config["backup_horizon"],
+    online=False,
 )

@@ -56,9 +56,9 @@ import zipfile
 
 import ogbench
 import ogbench.utils
-from tqdm import tqdm
 
 from envs import ogbench_utils, provenance, robomimic_utils
+from utils.progress import progress as progress_bar
 
 OGBENCH_URL = ogbench.utils.DATASET_URL  # https://rail.eecs.berkeley.edu/datasets/ogbench
 # OGBench's 100M-transition sets within our domains (OGBench README, "additional features"), each a directory of
@@ -315,7 +315,7 @@ def _fetch(url: str, dest: str, check, timeout: float, desc: str) -> None:
             length = int(length) if length is not None and length.isdigit() else None
             with (
                 open(part, "wb") as f,
-                tqdm(total=length, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, miniters=1) as bar,
+                progress_bar(total=length, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, miniters=1) as bar,
             ):
                 while chunk := response.read(CHUNK_BYTES):
                     f.write(chunk)

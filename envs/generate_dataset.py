@@ -94,7 +94,6 @@ from collections.abc import Iterator
 
 import gymnasium
 import numpy as np
-from tqdm import tqdm
 
 from envs.ogbench_utils import (
     DATASET_TYPES,
@@ -105,6 +104,7 @@ from envs.ogbench_utils import (
     val_path_for,
 )
 from envs.provenance import GENERATOR_METADATA_KEY, encode_generator_metadata
+from utils.progress import progress as progress_bar
 
 # Bump when a seed would no longer give the same draws (a change in the procedure or its defaults).
 GENERATOR_VERSION = 2  # 2: per-episode random streams (`episode_streams`); 1: one sequential stream
@@ -386,7 +386,7 @@ def _generate_episodes(
     """
     episodes: list = [None] * count
     num_redrawn = 0
-    bar = tqdm(total=count, desc=settings.name.dataset_name, unit="episode", disable=not progress)
+    bar = progress_bar(total=count, desc=settings.name.dataset_name, unit="episodes", disable=not progress)
     try:
         if num_workers == 1:
             maker = _EpisodeMaker(settings)
@@ -436,6 +436,21 @@ def write_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
                 array = array if array.flags.c_contiguous else np.ascontiguousarray(array)
                 np.lib.format.write_array(f, array, allow_pickle=False)
     os.replace(tmp, path)
+
+
+def check_targets(env_name: str, save_path: str | None, dataset_type: str | None, overwrite: bool):
+    """`(train_path, val_path)` to write; `ValueError` for a path not ending in .npz, `FileExistsError` for an
+    existing file without `overwrite` (checked before any episode is generated)."""
+    name = resolve_dataset_name(env_name, dataset_type)
+    train_path = os.path.expanduser(save_path or default_dataset_path(name.dataset_name))
+    if not train_path.endswith(".npz"):
+        raise ValueError(f"save_path must end in .npz, got {train_path!r}.")
+    val_path = val_path_for(train_path)
+    for p in (train_path, val_path):
+        if os.path.exists(p) and not overwrite:
+            raise FileExistsError(f"{p} exists; pass --overwrite to replace it (runs trained on it would then refuse "
+                                  "to resume: their recorded sha256 would no longer match).")  # fmt: skip
+    return train_path, val_path
 
 
 def generate_dataset(
@@ -502,13 +517,7 @@ def generate_dataset(
     if p_random_action is None:
         noisy_p = 0.2 if name.domain.startswith("puzzle") else 0.1
         p_random_action = 0.0 if name.dataset_type == "play" else noisy_p
-    train_path = os.path.expanduser(save_path or default_dataset_path(name.dataset_name))
-    if not train_path.endswith(".npz"):
-        raise ValueError(f"save_path must end in .npz, got {train_path!r}.")
-    val_path = val_path_for(train_path)
-    for p in (train_path, val_path):
-        if os.path.exists(p) and not overwrite:
-            raise FileExistsError(f"{p} exists; pass overwrite=True (--overwrite) to replace it.")
+    train_path, val_path = check_targets(env_name, save_path, dataset_type, overwrite)
 
     episode_settings = _Settings(
         name=name,
@@ -559,7 +568,8 @@ def main(_):
     f = flags.FLAGS
     try:
         resolve_dataset_name(f.env_name, f.dataset_type)  # e.g. humanoidmaze: one line naming the download
-    except ValueError as e:
+        check_targets(f.env_name, f.save_path, f.dataset_type, f.overwrite)
+    except (ValueError, FileExistsError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     summary = generate_dataset(

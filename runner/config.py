@@ -50,8 +50,14 @@ class RunConfig:
         return RunConfig(self.driver, {**self.values, **changes}, self.agent, self.setting_sources)
 
     @property
-    def horizon_length(self) -> int:
-        return self.agent["horizon_length"]
+    def horizon_length(self) -> Optional[int]:
+        """The agent's chunk length `h` (None for an agent without `horizon_length`, such as DQC)."""
+        return self.agent.get("horizon_length")
+
+    @property
+    def window_length(self) -> int:
+        """Rows one batch window spans (`AgentSpec.window_length`: `h`, or DQC's backup horizon)."""
+        return agents.get(self.agent["agent_name"]).window_length(self.agent)
 
     @property
     def flag_values(self) -> Dict:
@@ -80,6 +86,19 @@ class RunConfig:
                 )
             if agent_h is None and "horizon_length" in config:
                 config["horizon_length"] = flag_h
+            spec = agents.REGISTRY.get(config.get("agent_name"))
+            if spec is not None and "horizon_length" not in config and flag_values["horizon_length"].present:
+                raise ValueError(
+                    f"--horizon_length: the {spec.name} agent has no horizon_length (its chunk lengths are --agent.* "
+                    "keys, e.g. DQC's --agent.backup_horizon and --agent.policy_chunk_size); drop the flag."
+                )
+            if spec is not None and not spec.online:
+                if flag_values["online_steps"].present and values["online_steps"] > 0:
+                    raise ValueError(
+                        f"--online_steps={values['online_steps']}: the {spec.name} agent learns offline only; pass "
+                        "--online_steps=0 (or leave it out)."
+                    )
+                values["online_steps"] = 0
             sources = {}
             if values.get("method") is not None:
                 sources = _apply_method(driver, flag_values, values, config)
@@ -119,7 +138,7 @@ class RunConfig:
             ("video_frame_skip", self.video_frame_skip >= 1, "must be >= 1"),
             ("start_training", self.start_training >= 0, "must be >= 0"),
             ("utd_ratio", self.utd_ratio >= 1, "must be >= 1"),
-            ("horizon_length", isinstance(self.horizon_length, int) and self.horizon_length >= 1, "must be >= 1"),
+            ("horizon_length", self.horizon_length is None or self.horizon_length >= 1, "must be >= 1"),
             ("dataset_proportion", 0.0 < self.dataset_proportion <= 1.0, "must be in (0, 1]"),
             ("dataset_replace_interval", self.dataset_replace_interval >= 0, "must be >= 0"),
         ]
@@ -130,8 +149,6 @@ class RunConfig:
                 value = self.horizon_length if name == "horizon_length" else getattr(self, name)
                 raise ValueError(f"--{name}={value} {why}.")
         spec = agents.get(self.agent.get("agent_name"))
-        if spec.goal_conditioned:
-            raise ValueError(f"the {spec.name} agent (goal-conditioned) is not wired into the drivers yet.")
         spec.check_config(self.agent)
         if self.driver not in spec.drivers:
             runs = " or ".join(f"{d}.py" for d in spec.drivers)
@@ -142,10 +159,10 @@ class RunConfig:
         first_update = max(self.start_training, 1)
         waits_for_window = self.driver == "main_online" and self.offline_ratio < 1.0
         if waits_for_window:
-            first_update = max(first_update, self.horizon_length)
+            first_update = max(first_update, self.window_length)
         if self.offline_steps == 0 and self.online_steps < first_update:
             offline = f"--offline_steps={self.offline_steps}, " if self.driver == "main" else ""
-            window = f", the first full window of --horizon_length={self.horizon_length}" if waits_for_window else ""
+            window = f", the first full window of --horizon_length={self.window_length}" if waits_for_window else ""
             raise ValueError(
                 f"this run takes no gradient step: {offline}--online_steps={self.online_steps}, but the first "
                 f"online update is at step {first_update} (the largest of --start_training={self.start_training}, "
@@ -178,11 +195,15 @@ class RunConfig:
                 "--wandb_mode=online needs a wandb login (`wandb login`, or WANDB_API_KEY); without one, pass "
                 "--wandb_mode=offline (sync later with `wandb sync`) or --wandb_mode=disabled."
             )
-        if self.driver == "main_online" and self.buffer_size < self.horizon_length and self.offline_ratio < 1.0:
+        if self.driver == "main_online" and self.buffer_size < self.window_length and self.offline_ratio < 1.0:
             raise ValueError(
                 f"--buffer_size={self.buffer_size} can never hold one window of --horizon_length="
-                f"{self.horizon_length} rows, so no online batch can be drawn."
+                f"{self.window_length} rows, so no online batch can be drawn."
             )
+        for name in ("action_chunk_eval_sizes", "best_of_n_eval_values"):
+            given = parse_eval_values(getattr(self, name), name)
+            if name == "best_of_n_eval_values" and given != [0] and "best_of_n" not in _parameters(spec):
+                raise ValueError(f"--{name}: the {spec.name} agent has no best_of_n override (its sample_actions).")
 
 
 def _apply_method(driver: str, flag_values, values: Dict, config: Dict) -> Dict:
@@ -198,7 +219,8 @@ def _apply_method(driver: str, flag_values, values: Dict, config: Dict) -> Dict:
             f"--method={method} runs the {spec.name} agent, but the agent config is "
             f"{config.get('agent_name')!r} (--agent={flag_values['agent'].config_filename}); drop --agent or --method."
         )
-    explicit = {name: getattr(flag_values, name) for name in ("horizon_length", "sparse") if flag_values[name].present}
+    # Every driver flag the user passed (the methods set --horizon_length, --sparse, --online_steps, ...).
+    explicit = {f.name: f.value for f in flag_values.get_flags_for_module("runner.flags") if f.present}
     for key, value in flag_values["agent"].override_values.items():
         explicit[f"agent.{key}"] = value
     if "agent.horizon_length" in explicit:  # counts as --horizon_length (from_flags checked they agree)
@@ -217,6 +239,23 @@ def _apply_method(driver: str, flag_values, values: Dict, config: Dict) -> Dict:
         ", ".join(f"{k}={v} ({sources[k]})" for k, v in {**explicit, **resolved}.items() if k in sources),
     )
     return sources
+
+
+def parse_eval_values(text: str, name: str) -> List[int]:
+    """`'0,1,5'` -> `[0, 1, 5]` (ints >= 0; 0 is the default evaluation); `ValueError` naming `--name`."""
+    try:
+        values = [int(v) for v in str(text).split(",")]
+    except ValueError:
+        values = [-1]
+    if not values or min(values) < 0:
+        raise ValueError(f"--{name}={text} must be comma-separated ints >= 0 (0: the default), e.g. 0,1,5.")
+    return values
+
+
+def _parameters(spec) -> List[str]:
+    import inspect
+
+    return list(inspect.signature(spec.agent_class.sample_actions).parameters)
 
 
 def _wandb_login_known() -> bool:

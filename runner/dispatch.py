@@ -63,8 +63,7 @@ def sampler_kind(group) -> str:
         return "host"
     if cfg.offline_sampler == "device":
         return "device"
-    h = group.agent_config["horizon_length"]
-    return "device" if device_sampler.fits_on_device(group.runs[0].train_dataset, h) else "host"
+    return "device" if group.runs[0].windows().fits_on_device() else "host"
 
 
 def check_resume_sampler(group, kind: str):
@@ -136,10 +135,7 @@ class OfflineSampler:
         if self.kind == "device":
             if self._device is None:
                 with group.timer("sampling"):
-                    cfg = group.agent_config
-                    self._device = device_sampler.DeviceWindowSampler.create(
-                        group.runs[0].train_dataset, cfg["horizon_length"], cfg["discount"]
-                    )
+                    self._device = group.runs[0].windows().on_device()
             return DeviceBatches(self._device, self._keys, np.int32(first_step), n)
         if self.k == 1:
             return group.sample_offline()
@@ -170,8 +166,14 @@ class OfflineSampler:
         batch_keys = agents.get(cfg["agent_name"]).batch_keys  # only what the update reads is copied
         self._prefetchers = [
             device_sampler.PrefetchingSampler(
-                run.train_dataset, cfg["batch_size"], cfg["horizon_length"], cfg["discount"], 1, keys=batch_keys
-            )
+                run.train_dataset,
+                cfg["batch_size"],
+                None,
+                None,
+                1,
+                keys=batch_keys,
+                draw=functools.partial(run.windows().sample, cfg["batch_size"]),
+            )  # fmt: skip
             for run in self.group.runs
         ]
         for run, prefetcher in zip(self.group.runs, self._prefetchers, strict=True):

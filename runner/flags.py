@@ -175,6 +175,20 @@ def define_flags(driver: str, flag_values=FLAGS):
         **fv,
     )
     flags.DEFINE_integer("video_frame_skip", 3, "Keep every this-many-th frame in evaluation videos.", **fv)
+    flags.DEFINE_string(
+        "action_chunk_eval_sizes",
+        "0",
+        "Comma-separated: at each evaluation also run the policy executing only the first n actions of each chunk "
+        "(0: the whole chunk; the DQC release's 'DQC-naive' is a QC chunk cut this way); logged as ac<n>/... columns.",
+        **fv,
+    )
+    flags.DEFINE_string(
+        "best_of_n_eval_values",
+        "0",
+        "Comma-separated: at each evaluation also act with N best-of-N samples (0: the agent's own); logged as "
+        "bfn<N>/... columns. Agents whose sample_actions takes best_of_n (DQC).",
+        **fv,
+    )
     flags.DEFINE_integer(
         "save_interval",
         -1,

@@ -215,8 +215,8 @@ class SeedGroup:
 
     def sample_offline(self) -> Dict:
         """B offline windows per seed from its own sampler: `(B, ...)` or `(S, B, ...)`."""
-        cfg = self.agent_config
-        return self._stacked(lambda s, run: batches.sample_windows(run.train_dataset, cfg, cfg["batch_size"]))
+        size = self.agent_config["batch_size"]
+        return self._stacked(lambda s, run: run.windows().sample(size))
 
     def sample_replay(self, utd: int) -> Dict:
         """`utd` batches per seed from its replay buffer: `(U, B, ...)` or `(S, U, B, ...)`."""

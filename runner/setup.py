@@ -24,6 +24,7 @@ from runner import resume
 from runner.cli import input_errors
 from utils import seeding
 from utils.datasets import Dataset, ReplayBuffer
+from utils.device_sampler import ChunkWindows
 from utils.flax_utils import save_agent
 
 
@@ -58,6 +59,16 @@ class Run:
     sampler_in_use: str = "host"
     sampler_state_fn: Optional[object] = None
     eval_vector_env: Optional[object] = None  # --eval_envs > 1: built at the first evaluation
+    _windows: Optional[tuple] = None  # (the dataset, its window source)
+
+    def windows(self):
+        """The source of the agent's offline batches over the current dataset (`AgentSpec.windows`), built
+        once per dataset (shard)."""
+        if self._windows is None or self._windows[0] is not self.train_dataset:
+            spec = agents.get(self.agent.config["agent_name"])
+            make = spec.windows or ChunkWindows
+            self._windows = (self.train_dataset, make(self.train_dataset, self.agent.config))
+        return self._windows[1]
 
     # ---- run state -------------------------------------------------------------------------------
 
@@ -164,11 +175,12 @@ class Run:
         a seed group shares one: every episode is reset with its own seed, so the env instance
         does not matter).
         """
-        if self.cfg.eval_envs > 1 and self.cfg.eval_episodes > 0 and self.eval_vector_env is None:
+        episodes = self.cfg.eval_episodes * max(getattr(self.env_data, "num_tasks", 0), 1)
+        if self.cfg.eval_envs > 1 and episodes > 0 and self.eval_vector_env is None:
             from evaluation import make_eval_vector_env
 
             self.eval_vector_env = make_eval_vector_env(
-                self.env_data.make_eval_env, min(self.cfg.eval_envs, self.cfg.eval_episodes), self.cfg.eval_env_mode
+                self.env_data.make_eval_env, min(self.cfg.eval_envs, episodes), self.cfg.eval_env_mode
             )
         return evaluate_and_log(
             agent,
@@ -178,6 +190,7 @@ class Run:
             step=step,
             action_dim=self.action_dim,
             vector_env=self.eval_vector_env,
+            task_names=getattr(self.env_data, "task_names", None) or None,
         )
 
 
@@ -287,6 +300,21 @@ def check_memory(cfg, dataset: Dataset, example: Dict):
     if rows * row_bytes > agent_bytes:
         hint.append(f"--buffer_size={cfg.buffer_size}")
     _raise_if_too_big(what, " ".join(hint) or "the agent's config")
+
+
+def check_goal_conditioning(spec, env_data, env_name: str):
+    """`ValueError` when a goal-conditioned agent meets a single-task env, or the other way around."""
+    goal_env = bool(getattr(env_data, "goal_conditioned", False))
+    if spec.goal_conditioned and not goal_env:
+        raise ValueError(
+            f"the {spec.name} agent is goal-conditioned, but {env_name} is a single-task env; use a goal-conditioned "
+            "name such as cube-double-play-oraclerep-v0."
+        )
+    if goal_env and not spec.goal_conditioned:
+        raise ValueError(
+            f"{env_name} is goal-conditioned (evaluation goals, no task reward), but the {spec.name} agent is not; "
+            "use a goal-conditioned agent (--agent=agents/dqc.py, or --method=dqc) or a singletask env name."
+        )
 
 
 def check_rendering(env_name: str, env) -> None:
@@ -461,7 +489,9 @@ def setup_runs(cfg) -> List[Run]:
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from e
         check_dataset_fits_env(first_dataset, env_data.env, cfg.env_name, what)
-        check_dataset_windows(first_dataset, cfg.horizon_length, what)
+        spec = agents.get(cfg.agent["agent_name"])
+        check_goal_conditioning(spec, env_data, cfg.env_name)
+        check_dataset_windows(first_dataset, cfg.window_length, what)
         check_memory(cfg, first_dataset, first_dataset.sample(1, idxs=np.zeros(1, dtype=int)))
         if cfg.video_episodes > 0:
             check_rendering(cfg.env_name, env_data.eval_env)
@@ -480,9 +510,10 @@ def setup_runs(cfg) -> List[Run]:
                         stop_reward_at_mask_zero=cfg.stop_reward_at_mask_zero,
                     )
                 )
+            goals = {"ex_goals": example["oracle_reps"]} if spec.goal_conditioned and "oracle_reps" in example else {}
             agents_.append(
-                agents.get(cfg.agent["agent_name"]).agent_class.create(
-                    seeding.jax_key(c.seed, "agent"), example["observations"], example["actions"], cfg.agent
+                spec.agent_class.create(
+                    seeding.jax_key(c.seed, "agent"), example["observations"], example["actions"], cfg.agent, **goals
                 )
             )
         histories = [
@@ -553,37 +584,62 @@ def save_checkpoint(agent, run_dir: str, step: int, phase: str) -> str:
     return save_agent(agent, path, metadata={"step": int(step), "phase": phase})
 
 
-def evaluate_and_log(agent, eval_env, cfg, logger: Logger, step: int, action_dim: int, vector_env=None) -> Dict:
+def evaluate_and_log(
+    agent, eval_env, cfg, logger: Logger, step: int, action_dim: int, vector_env=None, task_names=None
+) -> Dict:
     """Run `evaluation.evaluate` and log its stats under `eval` at `step`.
 
     The evaluation's policy key and reset seeds are the `evaluation` stream of `cfg.seed` at
     `step` (`utils.seeding.evaluation_streams`), never the training streams. With `vector_env`
     the evaluation episodes run on it in lockstep (the same per-episode results); video episodes
-    always run on `eval_env`. Returns the stats (`success` is the success rate).
+    always run on `eval_env`. Goal-conditioned (`task_names`): every evaluation task, `success` their
+    mean. `--action_chunk_eval_sizes` and `--best_of_n_eval_values` add evaluations of the same policy
+    executing only the first n actions of each chunk (`ac<n>/...` columns) or acting with N samples
+    (`bfn<N>/...`), as the DQC release's `evaluation-ac-<n>` and `-bfn<N>`. Returns the stats (`success`
+    is the success rate of the default evaluation).
     """
-    start = time.time()
-    stats, _, renders = evaluate(
-        agent,
-        eval_env,
-        num_eval_episodes=cfg.eval_episodes,
-        num_video_episodes=cfg.video_episodes,
-        video_frame_skip=cfg.video_frame_skip,
-        action_dim=action_dim,
-        seed=cfg.seed,
-        step=step,
-        progress=cfg.progress,
-        vector_env=vector_env,
-    )
-    stats["time"] = time.time() - start
-    logger.log(stats, "eval", step=step)
-    if renders:  # the video episodes one after another, every --video_frame_skip-th frame
-        path = write_video(os.path.join(logger.save_dir, "videos", f"eval_{step}.mp4"), np.concatenate(renders))
-        if logger.wandb_run is not None:
-            import wandb
+    from runner.config import parse_eval_values
 
-            logger.wandb_run.log({"eval/video": wandb.Video(path, format="mp4")}, step=step)
-    logging.info("step %d: eval success %.3f", step, stats.get("success", float("nan")))
-    return stats
+    config = agent.config
+    chunk = config.get("policy_chunk_size") or (config.get("horizon_length") if config.get("action_chunking") else 1)
+    # The default evaluation first, then each cut shorter than a chunk (the release skips the others) and each N.
+    sizes = [0] + [n for n in parse_eval_values(cfg.action_chunk_eval_sizes, "x") if 0 < n < (chunk or 1)]
+    samples = [0] + [n for n in parse_eval_values(cfg.best_of_n_eval_values, "x") if n > 0]
+    start = time.time()
+    row, first = {}, None
+    for size in dict.fromkeys(sizes):
+        for n in dict.fromkeys(samples):
+            prefix = (f"ac{size}" if size else "") + ("-" if size and n else "") + (f"bfn{n}" if n else "")
+            stats, _, renders = evaluate(
+                agent,
+                eval_env,
+                num_eval_episodes=cfg.eval_episodes,
+                num_video_episodes=0 if prefix else cfg.video_episodes,
+                video_frame_skip=cfg.video_frame_skip,
+                action_dim=action_dim,
+                seed=cfg.seed,
+                step=step,
+                progress=cfg.progress,
+                vector_env=vector_env,
+                task_names=task_names,
+                action_chunk_eval_size=size or None,
+                best_of_n=n or None,
+            )
+            row.update({f"{prefix}/{k}" if prefix else k: v for k, v in stats.items()})
+            if not prefix:
+                first = stats
+                if renders:  # the video episodes one after another, every --video_frame_skip-th frame
+                    path = os.path.join(logger.save_dir, "videos", f"eval_{step}.mp4")
+                    write_video(path, np.concatenate(renders))
+                    if logger.wandb_run is not None:
+                        import wandb
+
+                        logger.wandb_run.log({"eval/video": wandb.Video(path, format="mp4")}, step=step)
+    row["time"] = time.time() - start
+    logger.log(row, "eval", step=step)
+    first = first if first is not None else row
+    logging.info("step %d: eval success %.3f", step, first.get("success", float("nan")))
+    return row
 
 
 def episode_stats(info: Dict) -> Dict:

@@ -30,6 +30,7 @@ from envs import generate_dataset as gd
 from envs.env_utils import make_env_and_datasets, sparse_reward_transform
 from envs.generate_dataset import generate_dataset
 from envs.ogbench_utils import generator_command
+from tests.driver_runs import ROOT
 
 STEPS = 50  # rows per generated episode
 CUBE_ENV = "cube-single-play-singletask-task1-v0"
@@ -547,3 +548,16 @@ def test_sparse_reward_transform_values():
     assert isinstance(sparse_reward_transform(-2.0), np.float32)
     np.testing.assert_array_equal(sparse_reward_transform(np.zeros((2, 3))), np.zeros((2, 3)))
     assert env_utils.sparse_reward_transform is sparse_reward_transform
+
+
+def test_generating_onto_an_existing_file_is_one_line_before_any_episode(tmp_path):
+    target = tmp_path / "cube-single-play-v0.npz"
+    target.write_bytes(b"a dataset a run trained on")
+    command = [sys.executable, "-m", "envs.generate_dataset", "--env_name=cube-single-play-v0", "--num_episodes=1",
+               f"--save_path={target}"]  # fmt: skip
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                            env=dict(os.environ, JAX_PLATFORMS="cpu"))  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: ") and "exists; pass --overwrite" in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert target.read_bytes() == b"a dataset a run trained on"

@@ -39,12 +39,15 @@ def test_an_evaluation_with_a_video_writes_an_mp4_under_egl(tmp_path):
         from types import SimpleNamespace
 
         class Random:
+            config = {"horizon_length": 1, "action_chunking": True}
+
             def sample_actions(self, observations, rng):
                 import jax
                 return jax.random.uniform(rng, (5,), minval=-1, maxval=1)
 
         env = make_eval_env("cube-single-play-singletask-task1-v0", max_episode_steps=30)
-        cfg = SimpleNamespace(eval_episodes=1, video_episodes=2, video_frame_skip=3, seed=0, progress=False)
+        cfg = SimpleNamespace(eval_episodes=1, video_episodes=2, video_frame_skip=3, seed=0, progress=False,
+                              action_chunk_eval_sizes="0", best_of_n_eval_values="0")
         logger = Logger({str(tmp_path)!r}, None)
         evaluate_and_log(Random(), env, cfg, logger, step=7, action_dim=5)
         """

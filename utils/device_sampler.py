@@ -448,6 +448,7 @@ class PrefetchingSampler:
         depth: int = 2,
         keys: Optional[Iterable[str]] = None,
         device=None,
+        draw=None,
     ):
         """Start the thread.
 
@@ -461,19 +462,24 @@ class PrefetchingSampler:
             keys: the batch keys to stack and copy (default: all of `sample_sequence`'s; pass
                 the agent's batch keys, to copy only what the update reads).
             device: a `jax.Device` for `jax.device_put` (default JAX's default device).
+            draw: `() -> batch` drawing one batch with `dataset.rng` in place of `sample_sequence` (another
+                kind of window, e.g. `utils.goal_windows.GoalWindowSource.sample`); `keys` must be given then.
 
         Raises:
             ValueError: `B`, `k` or `depth` < 1; `H < 1`, `H > N` or an empty dataset; an unknown key.
         """
         self.dataset = dataset
         self.batch_size = _check_count(batch_size, "batch_size")
-        self.horizon_length = _check_horizon(dataset, horizon_length)
-        self.discount = discount
         self.steps_per_item = _check_count(steps_per_item, "steps_per_item")
         self.keys = tuple(SEQUENCE_KEYS if keys is None else keys)
-        unknown = sorted(set(self.keys) - set(SEQUENCE_KEYS))
-        if unknown:
-            raise ValueError(f"keys {unknown} are not keys of sample_sequence {SEQUENCE_KEYS}")
+        if draw is None:
+            self.horizon_length = _check_horizon(dataset, horizon_length)
+            self.discount = discount
+            unknown = sorted(set(self.keys) - set(SEQUENCE_KEYS))
+            if unknown:
+                raise ValueError(f"keys {unknown} are not keys of sample_sequence {SEQUENCE_KEYS}")
+            draw = functools.partial(dataset.sample_sequence, self.batch_size, self.horizon_length, self.discount)
+        self._draw_one = draw
         self.device = device
         self._queue = queue.Queue(maxsize=_check_count(depth, "depth"))
         self._stop = threading.Event()
@@ -485,10 +491,7 @@ class PrefetchingSampler:
 
     # ---- producer (background thread) ----
     def _draw(self) -> Dict[str, Any]:
-        batches = [
-            self.dataset.sample_sequence(self.batch_size, self.horizon_length, self.discount)
-            for _ in range(self.steps_per_item)
-        ]
+        batches = [self._draw_one() for _ in range(self.steps_per_item)]
         stacked = {key: np.stack([b[key] for b in batches]) for key in self.keys}  # (k, B, ...)
         return jax.device_put(stacked, self.device)
 
@@ -584,3 +587,27 @@ class PrefetchingSampler:
     def __exit__(self, *exc_info):
         self.close()
         return False
+
+
+class ChunkWindows:
+    """The windows of the chunked agents (docs/batch_contract.md) over one dataset: an `AgentSpec.windows`.
+
+    `sample(B)` draws `B` windows of `horizon_length` steps with the dataset's own generator
+    (`Dataset.sample_sequence`); `fits_on_device()` and `on_device()` give the device sampler of the same
+    windows (`DeviceWindowSampler`).
+    """
+
+    keys = SEQUENCE_KEYS
+
+    def __init__(self, dataset: Dataset, config):
+        self.dataset = dataset
+        self.horizon_length, self.discount = int(config["horizon_length"]), float(config["discount"])
+
+    def sample(self, batch_size: int) -> Dict[str, np.ndarray]:
+        return self.dataset.sample_sequence(batch_size, self.horizon_length, self.discount)
+
+    def fits_on_device(self) -> bool:
+        return fits_on_device(self.dataset, self.horizon_length)
+
+    def on_device(self) -> DeviceWindowSampler:
+        return DeviceWindowSampler.create(self.dataset, self.horizon_length, self.discount)

@@ -355,3 +355,25 @@ def fits_on_device(windows: GoalWindows, device=None, fraction: float = 0.5) -> 
     except ValueError:
         return False
     return estimate_nbytes(windows) <= fraction * available_memory(device)
+
+
+class GoalWindowSource:
+    """DQC's windows over one dataset (`AgentSpec.windows`): `GoalWindows` with the dataset's own generator.
+
+    The dataset's rows are the transitions that have a successor (`observations`, `actions`, `terminals`)
+    with `oracle_reps` where the env has them (goals are observations otherwise).
+    """
+
+    def __init__(self, dataset, config):
+        self.dataset = dataset
+        reps = dataset["oracle_reps"] if "oracle_reps" in dataset else None
+        self.windows = GoalWindows(dataset["observations"], dataset["actions"], dataset["terminals"], config, reps)
+
+    def sample(self, batch_size: int):
+        return self.windows.sample(batch_size, self.dataset.rng)
+
+    def fits_on_device(self) -> bool:
+        return fits_on_device(self.windows)
+
+    def on_device(self) -> "DeviceGoalWindows":
+        return DeviceGoalWindows.create(self.windows)
