@@ -31,6 +31,8 @@ class Method:
         source: where the values come from (paper section, file of the authors' release).
         borrowed: `{domain: paper domain}` for domains outside the paper that take a paper domain's values
             (for CPU-sized runs; `runner.methods.note` says so).
+        cut_labels: `{n: label}`: the paper's name for this method evaluated executing only the first `n`
+            actions of each chunk (`--action_chunk_eval_sizes`, e.g. DQC's "DQC-naive h=25 h_a=5").
     """
 
     label: str
@@ -38,6 +40,7 @@ class Method:
     per_domain: Dict[str, Dict[str, object]]
     source: str = ""
     borrowed: Dict[str, str] = dataclasses.field(default_factory=dict)
+    cut_labels: Dict[int, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -456,7 +456,9 @@ def _method(label, chunk_critic, h, h_a, kappas):
             row["agent.kappa_d"] = kappa_d
         per_domain[domain] = row
     entry = common.Method(label, settings, per_domain, source="ColinQiyangLi/dqc experiments/reproduce.py")
-    return _NAMES[label], dataclasses.replace(entry, borrowed=BORROWED)
+    # The release's "DQC-naive": QC's chunk executed only in part (its first h_a actions).
+    cuts = {n: f"DQC-naïve h={h} h_a={n}" for n in (1, 5) if label.startswith("QC h=") and n < h}
+    return _NAMES[label], dataclasses.replace(entry, borrowed=BORROWED, cut_labels=cuts)
 
 
 METHODS = dict(_method(*key, kappas) for key, kappas in _KAPPAS.items())

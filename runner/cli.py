@@ -61,10 +61,20 @@ def _agent_file(argv: List[str], driver: str) -> str:
         m = re.match(r"^--?agent=(.*)$", arg)
         if m:
             return m.group(1)
+    return default_agent_file(driver, argv)
+
+
+def default_agent_file(driver: str, argv: List[str]) -> str:
+    """The agent config file a driver loads without `--agent`: the agent of `--method` when one is given
+    (`--method=dqc` loads agents/dqc.py), else the driver's default agent."""
+    methods = [m.group(1) for a in argv[1:] if (m := re.match(r"^--?method=(.*)$", a))]
+    owner = agents.method_owner(methods[-1]) if methods else None
+    if owner is not None and driver in owner.drivers:
+        return agents.CONFIG_FILES[owner.name]
     return agents.CONFIG_FILES[agents.default_agent(driver).name]
 
 
-def _expanded_argv(argv: List[str]) -> List[str]:
+def expanded_argv(argv: List[str]) -> List[str]:
     """`argv` with `--flagfile=FILE` contents spliced in (as absl reads them); `argv` when that fails."""
     try:
         return flags.FLAGS.read_flags_from_files(list(argv), force_gnu=False)
@@ -74,7 +84,7 @@ def _expanded_argv(argv: List[str]) -> List[str]:
 
 def config_flag_message(error: Exception, argv: List[str], driver: str) -> str:
     """One line for a failure while ml_collections builds `--agent` (its file and `--agent.*` overrides)."""
-    argv = _expanded_argv(argv)
+    argv = expanded_argv(argv)
     if isinstance(error, flags.Error):  # a value of the wrong type
         return str(error)
     path = _agent_file(argv, driver)
@@ -95,7 +105,7 @@ def config_flag_message(error: Exception, argv: List[str], driver: str) -> str:
 def _unknown_agent_key_message(argv: List[str], driver: str) -> Optional[str]:
     """The message for the first `--agent.KEY` that the driver's agent config does not have.
 
-    `argv` is already expanded (`_expanded_argv`).
+    `argv` is already expanded (`expanded_argv`).
     """
     try:
         own = _load_get_config(_agent_file(argv, driver))
@@ -184,7 +194,7 @@ def parse_flags(argv: List[str], driver: str, flag_values=FLAGS) -> List[str]:
         if os.environ.get("QC_DEBUG"):
             raise
         exit_with_error(config_flag_message(e, argv, driver))
-    expanded = _expanded_argv(argv)
+    expanded = expanded_argv(argv)
     if len(rest) > 1:
         exit_with_error(_leftover_message(expanded, rest[1:], flag_values))
     # ml_collections joins repeated tuple overrides ((16,16) then 512 -> (16,16,512)) and keeps the last

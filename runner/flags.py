@@ -22,7 +22,7 @@ def define_flags(driver: str, flag_values=FLAGS):
 
     if driver not in DRIVERS:
         raise ValueError(f"driver must be one of {sorted(DRIVERS)}, got {driver!r}.")
-    default_agent, default_env = agents.CONFIG_FILES[agents.default_agent(driver).name], DEFAULT_ENV
+    default_agent, default_env = cli.default_agent_file(driver, cli.expanded_argv(sys.argv)), DEFAULT_ENV
     fv = {"flag_values": flag_values}
     if driver == "main":
         flags.DEFINE_integer(

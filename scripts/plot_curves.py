@@ -80,6 +80,7 @@ from plot_runs import (  # noqa: E402,F401
     METHOD_ORDER,
     InputError,
     Run,
+    cut_runs,
     data_source,
     domain_and_task,
     find_run_dirs,
@@ -220,7 +221,7 @@ def run(args, wandb_api=None) -> int:
         for path in progress(directories, len(directories), "reading runs"):
             loaded = read_run_dir(path)
             if loaded is not None:
-                runs.append(loaded)
+                runs += [loaded, *cut_runs(loaded, path)]
     if args.wandb_project:
         api = wandb_api if wandb_api is not None else make_wandb_api()
         runs += read_wandb_runs(api, args.wandb_project, args.wandb_group)

@@ -137,7 +137,8 @@ def draw_figure(
                 ax.fill_between(curve.x, curve.low, curve.high, color=color, alpha=0.07, linewidth=0)
             ax.plot(curve.x, curve.mean, color=color, linestyle="--", linewidth=1.1, marker=marker, markersize=3.5)
             ax.lines[-1].set_markerfacecolor("white")
-            boundaries.add(PAPER_OFFLINE_STEPS)
+            if curve.x.max() > PAPER_OFFLINE_STEPS / 1e6:  # the paper's online phase follows (not DQC's results)
+                boundaries.add(PAPER_OFFLINE_STEPS)
         transform = blended_transform_factory(ax.transData, ax.transAxes)
         for b in sorted(boundaries):
             ax.axvline(b / 1e6, color="0.35", linestyle=":", linewidth=1.0)
@@ -157,7 +158,9 @@ def draw_figure(
         if index % ncols == 0:
             ax.set_ylabel(stat, fontsize=9)
         if index // ncols == nrows - 1 or index + ncols >= len(panels):
-            ax.set_xlabel("Steps (millions): offline, then online", fontsize=8)
+            offline_only = all(r.online_steps == 0 and r.driver == "main" for c in curves for r in c.runs)
+            ax.set_xlabel("Offline steps (millions)" if offline_only else "Steps (millions): offline, then online",
+                          fontsize=8)  # fmt: skip
     handles = [
         Line2D(
             [],

@@ -13,6 +13,8 @@ from plot_runs import InputError, task_key
 
 PAPER_OFFLINE_STEPS = 1_000_000  # the paper's x axis: 1M offline steps, then 1M online steps
 PAPER_FILES = ("ogbench-agg.csv", "ogbench-individual.csv", "robomimic-individual.csv")
+# The DQC paper's results: success of every seed at 0.25/0.5/0.75/1M offline steps per goal-conditioned env.
+DQC_FILE = "dqc-exp-data.csv"
 
 
 @dataclasses.dataclass
@@ -56,6 +58,31 @@ def load_paper(paper_dir: str) -> Dict[Tuple[str, str, str], PaperCurve]:
     for key, rows in columns.items():
         x, mean, low, high = np.array(sorted(rows)).T
         curves[key] = PaperCurve(x, mean, low, high, "")
+    curves.update(load_seed_results(os.path.join(paper_dir, DQC_FILE)))
+    return curves
+
+
+def load_seed_results(path: str, reps: int = 5000, seed: int = 0) -> Dict[Tuple[str, str, str], PaperCurve]:
+    """`{('task', env name, method): PaperCurve}` from per-seed results (`task,method,steps_millions,seed,success`):
+    the mean over seeds and a 95% percentile bootstrap over them at each step. `{}` when `path` is missing."""
+    if not os.path.exists(path):
+        return {}
+    values: Dict[Tuple[str, str], Dict[float, List[float]]] = {}
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            for row in csv.DictReader(f):
+                steps = values.setdefault((row["task"], row["method"]), {})
+                steps.setdefault(float(row["steps_millions"]), []).append(float(row["success"]))
+    except (OSError, KeyError, ValueError) as e:
+        raise InputError(f"{path}: cannot read the paper's results ({e}); or pass --no_paper") from None
+    rng = np.random.default_rng(seed)
+    curves = {}
+    for (task, method), by_step in values.items():
+        x = np.array(sorted(by_step))
+        points = [np.array(by_step[step]) for step in x]
+        means = [rng.choice(p, (reps, len(p))).mean(axis=1) for p in points]  # resampled seeds
+        low, high = (np.array([np.percentile(m, q) for m in means]) for q in (2.5, 97.5))
+        curves[("task", task, method)] = PaperCurve(x, np.array([p.mean() for p in points]), low, high, "")
     return curves
 
 
@@ -74,6 +101,8 @@ def paper_curve(
         return None
     if per_task:
         return paper.get(("task", panel, method))
+    if len(tasks) == 1 and tasks[0].endswith("-oraclerep-v0"):  # one goal-conditioned env: its all-goals result
+        return paper.get(("task", tasks[0], method))
     if ("agg", panel, method) in paper and list(tasks) == _paper_tasks_of(paper, panel, method):
         return paper[("agg", panel, method)]
     parts = [paper.get(("task", t, method)) for t in tasks]

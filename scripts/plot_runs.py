@@ -19,8 +19,14 @@ import numpy as np
 import agents
 from runner import methods
 
-# The registry's paper methods, in its order (each agent's methods in the order of its paper's legends).
-METHOD_ORDER = tuple(entry.label for spec in agents.REGISTRY.values() for entry in spec.methods.values())
+# The registry's paper methods, in its order (each agent's methods in the order of its paper's legends), each
+# followed by its partly executed variants (DQC's "DQC-naive").
+METHOD_ORDER = tuple(
+    label
+    for spec in agents.REGISTRY.values()
+    for entry in spec.methods.values()
+    for label in (entry.label, *entry.cut_labels.values())
+)
 DOMAIN_ORDER = (
     "scene",
     "puzzle-3x3",
@@ -137,6 +143,8 @@ def domain_and_task(env_name: str, task_id: Optional[int]) -> Tuple[str, str]:
         domain = methods.domain_of(env_name)
     except ValueError:
         return env_name, env_name
+    if env_name.endswith("-oraclerep-v0"):  # goal-conditioned: the task is all of the env's evaluation goals
+        return domain, env_name
     match = _DATA_TYPE_RE.search(env_name)
     data_type = match[1] if match else "play"
     if domain in ROBOMIMIC_DOMAINS:
@@ -412,6 +420,34 @@ def read_run_dir(path: str) -> Optional[Run]:
         warn(f"skipping {path}: eval.csv has no evaluation row yet")
         return None
     return make_run(path, config_file, record, rows)
+
+
+_CUT_RE = re.compile(r"^ac(\d+)/success$")
+
+
+def cut_runs(run: Run, path: str) -> List[Run]:
+    """The evaluations of `run` that executed only the first `n` actions of each chunk (`ac<n>/success`
+    columns of its eval.csv, `--action_chunk_eval_sizes`), one `Run` each: labelled with the paper's name
+    for them where its method has one (the DQC release's "DQC-naive h=25 h_a=5"), else `<label> first n`."""
+    with open(os.path.join(path, "eval.csv"), newline="") as f:
+        rows = list(csv.DictReader(f))
+    columns = {int(m[1]): c for c in (rows[0].keys() if rows else ()) if (m := _CUT_RE.match(c))}
+    spec = agents.REGISTRY.get(run_agent_name(path))
+    entry = None
+    if spec is not None and run.method is not None:
+        entry = next((m for m in spec.methods.values() if m.label == run.method), None)
+    derived = []
+    for n, column in sorted(columns.items()):
+        values = [parse_value(f"{path}/eval.csv", row["step"], row[column])[1] for row in rows]
+        paper = entry.cut_labels.get(n) if entry is not None else None
+        label = paper if paper else f"{run.label} first {n}"
+        derived.append(dataclasses.replace(run, method=paper, label=label, success=np.array(values, np.float64)))
+    return derived
+
+
+def run_agent_name(path: str) -> Optional[str]:
+    with open(os.path.join(path, "flags.json")) as f:
+        return json.load(f).get("agent", {}).get("agent_name")
 
 
 def read_wandb_runs(api, project: str, group: Optional[str]) -> List[Run]:

@@ -70,7 +70,6 @@ from sweep_local import run_local  # noqa: E402,F401 - part of this module's int
 from sweep_run import DONE_FILE, InputError, RunFailed, SweepRun, int_at_least  # noqa: E402,F401
 from sweep_slurm import make_slurm_executor, run_slurm, sbatch_preview  # noqa: E402,F401
 
-import agents  # noqa: E402
 from runner import methods  # noqa: E402
 
 DRIVERS = {"main.py": "main", "main_online.py": "main_online"}
@@ -283,7 +282,9 @@ def driver_flags(driver: str) -> Tuple[set, set]:
 
 def agent_keys(driver: str, fixed: Sequence[str]) -> set:
     """The config keys of the agent the runs build (`--agent=FILE` after `--`, else the driver's default)."""
-    path = flag_value(fixed, "agent") or agents.CONFIG_FILES[agents.default_agent(driver).name]
+    from runner.cli import default_agent_file
+
+    path = flag_value(fixed, "agent") or default_agent_file(driver, ["sweep", *fixed])
     try:
         spec = importlib.util.spec_from_file_location("_sweep_agent_config", path)
         module = importlib.util.module_from_spec(spec)

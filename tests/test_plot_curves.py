@@ -786,3 +786,56 @@ def test_an_out_dir_that_cannot_be_written_is_refused_before_reading(sweep, tmp_
     err = capsys.readouterr().err
     assert err.startswith("error: --out_dir=") and ("is a file" in err or "cannot write there" in err), err
     assert "reading runs" not in err
+
+
+# ------------------------------------------------------------------------------------------------ DQC
+
+
+def _dqc_run(directory, backup_horizon, policy_chunk_size, chunk_critic, seed, values, cut_values=None):
+    """A finished DQC run on cube-triple oraclerep: success at 0.25M, 0.5M, 0.75M, 1M (and ac5/ columns)."""
+    spec = agents.get("dqc")
+    kappa_d = {"kappa_d": 0.8} if chunk_critic else {}  # only DQC's distillation has the paper's own kappa_d
+    agent = spec.check_config({**spec.get_config().to_dict(), "backup_horizon": backup_horizon,
+                               "policy_chunk_size": policy_chunk_size, "use_chunk_critic": chunk_critic,
+                               "kappa_b": 0.93, "q_agg": "min", **kappa_d})  # fmt: skip
+    record = {
+        "driver": "main",
+        "flags": {
+            "env_name": "cube-triple-play-oraclerep-v0",
+            "seed": seed,
+            "offline_steps": 1_000_000,
+            "online_steps": 0,
+            "run_group": "dqc",
+        },  # fmt: skip
+        "agent": agent,
+        "agent_defaults": spec.get_config().to_dict(),
+    }
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "flags.json"), "w") as f:
+        json.dump(record, f)
+    with open(os.path.join(directory, "eval.csv"), "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["step", "success", *(["ac5/success"] if cut_values else [])])
+        for i, step in enumerate((250_000, 500_000, 750_000, 1_000_000)):
+            writer.writerow([step, values[i], *([cut_values[i]] if cut_values else [])])
+
+
+def test_dqc_runs_beside_the_dqc_papers_results(tmp_path):
+    for seed in range(2):
+        _dqc_run(tmp_path / "runs" / f"dqc_sd{seed}", 25, 5, True, seed, [0.1, 0.2, 0.3, 0.4 + 0.1 * seed])
+        _dqc_run(tmp_path / "runs" / f"qc_sd{seed}", 25, 25, False, seed, [0.1, 0.1, 0.2, 0.2], [0.0, 0.1, 0.1, 0.3])
+    out = tmp_path / "plots"
+    assert pc.main([str(tmp_path / "runs"), f"--out_dir={out}", "--reps=50"]) == 0
+    with open(out / "curves.csv") as f:
+        rows = list(csv.DictReader(f))
+    labels = {r["label"] for r in rows}
+    # The release's names: DQC, QC and the partly executed QC chunk ("DQC-naive"), from the ac5/ column.
+    assert {"DQC h=25 h_a=5", "QC h=25", "DQC-naïve h=25 h_a=5"} <= labels, labels
+    final = {r["label"]: float(r["value"]) for r in rows if r["step"] == "1000000"}
+    assert final["DQC h=25 h_a=5"] == pytest.approx(0.45) and final["DQC-naïve h=25 h_a=5"] == pytest.approx(0.3)
+    table = (out / "table.md").read_text()
+    # The paper's own numbers at 1M steps beside ours (its mean over 10 seeds, from data/paper/dqc-exp-data.csv).
+    paper = pc.load_paper(os.path.join(ROOT, "data", "paper"))
+    dqc = paper[("task", "cube-triple-play-oraclerep-v0", "DQC h=25 h_a=5")]
+    assert list(dqc.x) == [0.25, 0.5, 0.75, 1.0] and 0 <= dqc.low[-1] <= dqc.mean[-1] <= dqc.high[-1] <= 1
+    assert f"{dqc.mean[-1]:.2f}" in table or f"{dqc.mean[-1]:.3f}" in table, table
