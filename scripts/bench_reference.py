@@ -1,4 +1,4 @@
-"""Speed of our ACFQL gradient step against the authors' code, as a ratio measured in one run.
+"""Speed of our ACFQL (or DQC) gradient step against the authors' code, as a ratio measured in one run.
 
 What it measures: steps/s of `ACFQLAgent.update(batch)` (one jitted gradient step of critic and
 actor plus the target-critic update) in this repository (agents/acfql.py) and in the authors'
@@ -26,6 +26,11 @@ Getting the reference code: clone the authors' repository at the commit this pro
     python scripts/bench_reference.py --reference_dir=/path/to/qc                  # QC-FQL, paper size
     python scripts/bench_reference.py --reference_dir=/path/to/qc --method=qc      # QC, best-of-32
     python scripts/bench_reference.py --reference_dir=/path/to/qc --hidden=64 --layers=2 --batch=64
+    python scripts/bench_reference.py --reference_dir=/path/to/dqc --method=dqc --h=25   # DQC h=25 h_a=5
+
+`--method=dqc` times `DQCAgent.update` against the DQC release (ColinQiyangLi/dqc at df89825) on batches of
+its goal-conditioned windows (`--h` is the critic chunk `backup_horizon`, the policy chunk is 5, goals of
+`--goal_dim`); the paper's size is batch 4096 and 4x1024 MLPs, a GPU's; on a CPU pass smaller ones.
 
 What the figures mean: per round, gradient steps/s of each implementation and the ratio
 ours/reference; above 1 means our update is faster. The median ratio over rounds is the result. The
@@ -48,6 +53,14 @@ WORKERS = ("ours", "reference")
 METHODS = {
     "qcfql": dict(actor_type="distill-ddpg", alpha=100.0),  # QC-FQL
     "qc": dict(actor_type="best-of-n", actor_num_samples=32),  # QC (best-of-N)
+    # DQC h=25 h_a=5 as the DQC paper runs it (its per-domain kappas aside: they do not change the work).
+    "dqc": dict(
+        use_chunk_critic=True,
+        policy_chunk_size=5,
+        num_qs=2,
+        distill_method="expectile",
+        implicit_backup_type="quantile",
+    ),  # fmt: skip
 }
 # Config keys whose values legitimately differ in form between the two sides (filled in by create()).
 SHAPE_KEYS = ("ob_dims", "action_dim")
@@ -63,6 +76,7 @@ FORWARDED = (
     "h",
     "obs_dim",
     "action_dim",
+    "goal_dim",
     "seed",
     "reference_dir",
 )
@@ -82,7 +96,8 @@ def parse_args(argv=None):
         "--method",
         choices=sorted(METHODS),
         default="qcfql",
-        help="qcfql: actor_type distill-ddpg, alpha 100 (default); qc: best-of-n with 32 samples",
+        help="qcfql: actor_type distill-ddpg, alpha 100 (default); qc: best-of-n with 32 samples; dqc: DQC h=--h "
+        "h_a=5 against the DQC release",
     )
     p.add_argument(
         "--rounds",
@@ -106,6 +121,7 @@ def parse_args(argv=None):
     p.add_argument("--h", type=int, default=5, help="action chunk length, horizon_length (default 5)")
     p.add_argument("--obs_dim", type=int, default=40, help="observation size D (default 40)")
     p.add_argument("--action_dim", type=int, default=5, help="single-step action size A (default 5)")
+    p.add_argument("--goal_dim", type=int, default=9, help="dqc: goal (oracle representation) size G (default 9)")
     p.add_argument("--seed", type=int, default=0, help="seed of the agents and of the random batches (default 0)")
     p.add_argument(
         "--platform",
@@ -126,15 +142,17 @@ def parse_args(argv=None):
         help="internal: run one timing worker for this implementation and print one JSON line",
     )
     args = p.parse_args(argv)
-    for name in ("rounds", "steps", "warmup", "num_batches", "hidden", "layers", "batch", "h", "obs_dim", "action_dim"):
+    for name in ("rounds", "steps", "warmup", "num_batches", "hidden", "layers", "batch", "h", "obs_dim", "action_dim",
+                 "goal_dim"):  # fmt: skip
         if getattr(args, name) < 1:
             p.error(f"--{name} must be >= 1")
     if args.worker != "ours":
         if not args.reference_dir:
             p.error("--reference_dir is required (the root of the authors' repository)")
         args.reference_dir = os.path.abspath(os.path.expanduser(args.reference_dir))
-        if not os.path.isfile(os.path.join(args.reference_dir, "agents", "acfql.py")):
-            p.error(f"--reference_dir={args.reference_dir} has no agents/acfql.py")
+        agent_file = "dqc.py" if args.method == "dqc" else "acfql.py"
+        if not os.path.isfile(os.path.join(args.reference_dir, "agents", agent_file)):
+            p.error(f"--reference_dir={args.reference_dir} has no agents/{agent_file}")
     return args
 
 
@@ -174,6 +192,32 @@ def make_batches(args):
     return [{k: np.asarray(v, np.float32) for k, v in batch.items()} for batch in batches]
 
 
+def make_dqc_batches(args):
+    """`num_batches` dicts shaped like a batch of DQC's goal-conditioned windows (both sides' keys)."""
+    import numpy as np
+
+    rng = np.random.default_rng(args.seed)
+    b, h, d, a, g = args.batch, args.h, args.obs_dim, args.action_dim, args.goal_dim
+    batches = []
+    for _ in range(args.num_batches):
+        horizon = rng.integers(1, h + 1, b)
+        reached = (horizon < h).astype(np.float32)
+        batches.append(
+            dict(
+                observations=rng.normal(size=(b, d)).astype(np.float32),
+                actions=rng.uniform(-1, 1, (b, a)).astype(np.float32),
+                high_value_goals=rng.normal(size=(b, g)).astype(np.float32),
+                high_value_action_chunks=rng.uniform(-1, 1, (b, h * a)).astype(np.float32),
+                high_value_next_observations=rng.normal(size=(b, d)).astype(np.float32),
+                high_value_backup_horizon=horizon.astype(np.int32),
+                high_value_masks=1.0 - reached,
+                high_value_rewards=(0.999**horizon * reached).astype(np.float32),
+                valids=np.ones((b, h), np.float32),
+            )
+        )
+    return batches
+
+
 def _checksum(batches):
     digest = hashlib.sha256()
     for batch in batches:
@@ -194,19 +238,25 @@ def run_worker(args):
     import jax
     import numpy as np
 
-    module = importlib.import_module("agents.acfql")
+    dqc = args.method == "dqc"
+    module = importlib.import_module("agents.dqc" if dqc else "agents.acfql")
     if not os.path.realpath(module.__file__).startswith(os.path.realpath(root) + os.sep):
         raise RuntimeError(f"imported {module.__file__}, expected a file under {root}")
 
     config = module.get_config()
     config.update(METHODS[args.method])
-    config["horizon_length"] = args.h
+    config["backup_horizon" if dqc else "horizon_length"] = args.h
     config["batch_size"] = args.batch  # read only by the drivers; set so that the configs say what was run
     config["actor_hidden_dims"] = config["value_hidden_dims"] = (args.hidden,) * args.layers
     ex_obs, ex_action = np.zeros(args.obs_dim, np.float32), np.zeros(args.action_dim, np.float32)
-    agent = module.ACFQLAgent.create(args.seed, ex_obs, ex_action, config)
+    host_batches = make_dqc_batches(args) if dqc else make_batches(args)
+    if not dqc:
+        agent = module.ACFQLAgent.create(args.seed, ex_obs, ex_action, config)
+    elif args.worker == "ours":
+        agent = module.DQCAgent.create(args.seed, ex_obs, ex_action, config, ex_goals=np.zeros(args.goal_dim))
+    else:  # the release builds from an example batch
+        agent = module.DQCAgent.create(args.seed, {k: v[:1] for k, v in host_batches[0].items()}, config)
 
-    host_batches = make_batches(args)
     batches = [jax.device_put(b) for b in host_batches]
     jax.block_until_ready(batches)
 
