@@ -13,13 +13,14 @@ import io
 import json
 import math
 import os
-import tempfile
 import time
 import warnings
 from datetime import datetime
 from typing import Dict, Optional
 
 import numpy as np
+
+from utils.files import atomic_write
 
 
 def write_video(path: str, frames: np.ndarray, fps: int = 15) -> str:
@@ -227,25 +228,6 @@ def write_json(path: str, data: Dict):
         return obj
 
     atomic_write(path, json.dumps(clean(data), indent=2, default=default, sort_keys=True))
-
-
-def atomic_write(path: str, text: str):
-    """Write `text` to `path` so that a reader sees the old file or the whole new one, never a part.
-
-    The text goes to a temporary file in the same directory, is flushed to disk, and replaces `path`
-    (`os.replace`); a full disk or a crash leaves the old file (or none) and no half-written one.
-    """
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 # ------------------------------------------------------------------------------------------------ time split

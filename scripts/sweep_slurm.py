@@ -22,7 +22,7 @@ import submitit
 import sweep_run
 from sweep_run import PREEMPT_SIGNAL, InputError, SweepRun, int_at_least, positive_float
 
-from log_utils import atomic_write
+from utils.files import atomic_write
 
 # sbatch options the sweep writes itself, and the sweep flag that sets each (None: not settable).
 OWN_OPTIONS = {

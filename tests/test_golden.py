@@ -18,7 +18,6 @@ draws) makes it fail.
 """
 
 import os
-import sys
 
 import flax
 import jax
@@ -30,6 +29,7 @@ from flax import traverse_util
 import agents.acfql as acfql
 import utils.flax_utils as flax_utils
 from agents.acfql import ACFQLAgent, get_config
+from tests.golden_noise import NumpyNoise
 
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "acfql_golden.npz")
 OB_DIM, ACTION_DIM, HORIZON, NUM_UPDATES = 7, 3, 3, 3
@@ -108,44 +108,10 @@ def _make_agent(case, golden):
     return agent.replace(network=network)
 
 
-class NumpyNoise:
-    """Stand-ins for `jax.random.normal` / `uniform`: successive draws of one RandomState.
-
-    Only calls made from the agent's module (agents/acfql.py) are replaced. Flax evaluates each
-    parameter's initialiser abstractly on every apply (to check the stored shape), and those calls
-    (from jax's initializers) go to the real function, as in the golden run: counting them would
-    shift the stream.
-    """
-
-    def __init__(self, normal, uniform):
-        self.real = {"normal": normal, "uniform": uniform}
-        self.rs = None
-        self.calls = 0
-
-    def reset(self, seed):
-        self.rs = np.random.RandomState(seed)
-
-    def _draw(self, name, key, shape=(), *args, **kwargs):
-        if sys._getframe(2).f_globals.get("__name__") != acfql.__name__:
-            return self.real[name](key, shape, *args, **kwargs)
-        # The agent asks for float32 standard normals and uniforms on [0, 1): nothing else to honour.
-        assert not args and not kwargs, f"jax.random.{name} called with {args} {kwargs}"
-        self.calls += 1
-        shape = tuple(int(s) for s in shape)
-        sample = self.rs.standard_normal if name == "normal" else self.rs.random_sample
-        return jnp.asarray(sample(shape).astype(np.float32))
-
-    def normal(self, *args, **kwargs):
-        return self._draw("normal", *args, **kwargs)
-
-    def uniform(self, *args, **kwargs):
-        return self._draw("uniform", *args, **kwargs)
-
-
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_update_matches_authors(case, golden, monkeypatch):
     agent = _make_agent(case, golden)
-    noise = NumpyNoise(jax.random.normal, jax.random.uniform)
+    noise = NumpyNoise(jax.random.normal, jax.random.uniform, acfql.__name__)
     # agents/acfql.py calls jax.random.normal / uniform through the jax.random module at call time.
     monkeypatch.setattr(acfql.jax.random, "normal", noise.normal)
     monkeypatch.setattr(acfql.jax.random, "uniform", noise.uniform)

@@ -17,7 +17,6 @@ cut and gamma^k in the windows) and assert that the comparison then fails.
 """
 
 import os
-import sys
 
 import flax
 import jax
@@ -30,6 +29,7 @@ import agents.dqc as dqc
 import utils.flax_utils as flax_utils
 import utils.goal_windows as goal_windows
 from agents.dqc import DQCAgent, get_config
+from tests.golden_noise import NumpyNoise
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 UPDATE_GOLDEN = os.path.join(DATA, "dqc_update_golden.npz")
@@ -136,44 +136,13 @@ def _make_agent(case, golden):
     return agent.replace(network=agent.network.with_params(params))
 
 
-class NumpyNoise:
-    """Stand-ins for `jax.random.normal` / `uniform`: successive draws of one RandomState.
-
-    Only calls made from agents/dqc.py are replaced; Flax's abstract evaluation of the parameter
-    initialisers (on every apply) goes to the real functions, as in the golden run.
-    """
-
-    def __init__(self, normal, uniform):
-        self.real = {"normal": normal, "uniform": uniform}
-        self.rs = None
-        self.calls = 0
-
-    def reset(self, seed):
-        self.rs = np.random.RandomState(seed)
-
-    def _draw(self, name, key, shape=(), *args, **kwargs):
-        if sys._getframe(2).f_globals.get("__name__") != dqc.__name__:
-            return self.real[name](key, shape, *args, **kwargs)
-        assert not args and not kwargs, f"jax.random.{name} called with {args} {kwargs}"
-        self.calls += 1
-        shape = tuple(int(s) for s in shape)
-        sample = self.rs.standard_normal if name == "normal" else self.rs.random_sample
-        return jnp.asarray(sample(shape).astype(np.float32))
-
-    def normal(self, *args, **kwargs):
-        return self._draw("normal", *args, **kwargs)
-
-    def uniform(self, *args, **kwargs):
-        return self._draw("uniform", *args, **kwargs)
-
-
 def _mismatches(agent, case, golden, monkeypatch, batch_change=None):
     """Three updates of `agent` on the golden batches and noise; the golden values ours does not match.
 
     `batch_change(batch) -> batch` alters each batch first (the guard tests). Returns a list of
     `'update k: key'` / `'params3: path'` strings, empty when everything agrees within RTOL / ATOL.
     """
-    noise = NumpyNoise(jax.random.normal, jax.random.uniform)
+    noise = NumpyNoise(jax.random.normal, jax.random.uniform, dqc.__name__)
     monkeypatch.setattr(dqc.jax.random, "normal", noise.normal)
     monkeypatch.setattr(dqc.jax.random, "uniform", noise.uniform)
     grads_seen = []

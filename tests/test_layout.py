@@ -15,7 +15,7 @@ ALLOWED = {
     "utils": {"utils"},
     "envs": {"utils", "envs"},
     "agents": {"utils", "agents"},
-    "log_utils": set(),
+    "log_utils": {"utils"},
     "evaluation": {"utils"},
     "runner": {"utils", "envs", "agents", "log_utils", "evaluation", "runner"},
 }

@@ -12,7 +12,6 @@ the agent tests check the zeros).
 
 import functools
 import os
-import tempfile
 from typing import Any, Callable, Dict, Optional
 
 import flax
@@ -21,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import serialization
+
+from utils.files import atomic_write
 
 nonpytree_field = lambda: flax.struct.field(pytree_node=False)  # noqa: E731 - static config fields
 
@@ -182,17 +183,7 @@ def save_agent(agent, path: str, metadata: Optional[dict] = None) -> str:
     path = os.path.abspath(os.path.expanduser(path))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     payload = {"agent": serialization.to_state_dict(jax.device_get(agent)), "metadata": metadata or {}}
-    data = serialization.msgpack_serialize(payload)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp_ckpt_")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    atomic_write(path, serialization.msgpack_serialize(payload))
     return path
 
 
