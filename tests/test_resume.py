@@ -78,10 +78,10 @@ def test_sigkill_then_resume_is_exact(tmp_path, dataset_path, reference_runs, sc
 
 @pytest.mark.parametrize("kind", ["signal", "interrupt"])  # SIGTERM (SLURM) and SIGINT (Ctrl-C)
 def test_a_signal_writes_state_mid_episode_then_resumes(tmp_path, dataset_path, reference_runs, kind):
-    run_dir, result = _run("main.py", str(tmp_path), "t", dataset_path, *MAIN,
+    run_dir, result = _run("main.py", str(tmp_path), "t", dataset_path, *MAIN, "--progress=True",
                            fault=f"{kind}@online:121", expect=resume.EXIT_PREEMPTED)  # fmt: skip
-    # Its log (a pipe, not a terminal) has plain progress lines: no carriage returns, no escape codes, no start-up
-    # noise.
+    # Its log (a pipe, not a terminal) has plain progress lines (the default --progress=True): no carriage returns,
+    # no escape codes, no start-up noise.
     log = result.stderr
     assert "\r" not in log and "\x1b[" not in log and "offline: 6/6 steps (100%)" in log, log[-2000:]
     assert "DISPLAY" not in log and "precision lowered" not in log

@@ -39,7 +39,7 @@ def test_an_evaluation_with_a_video_writes_an_mp4_under_egl(tmp_path):
         from types import SimpleNamespace
 
         class Random:
-            config = {"horizon_length": 1, "action_chunking": True}
+            config = {{"horizon_length": 1, "action_chunking": True}}
 
             def sample_actions(self, observations, rng):
                 import jax
