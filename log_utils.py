@@ -14,7 +14,6 @@ import json
 import math
 import os
 import time
-import warnings
 from datetime import datetime
 from typing import Dict, Optional
 
@@ -44,29 +43,6 @@ def write_video(path: str, frames: np.ndarray, fps: int = 15) -> str:
         if os.path.exists(tmp):
             os.remove(tmp)
     return path
-
-
-def quiet_startup():
-    """Silence the start-up messages that say nothing about the run (the README's "Logs" lists them).
-
-    GLFW's "DISPLAY environment variable is missing" (MuJoCo probes for a window system; rendering uses
-    `MUJOCO_GL`), dm_control's INFO lines on the OpenGL backend it picked, gymnasium's "precision lowered by
-    casting to float32" for OGBench's action spaces, and JAX's INFO lines about accelerator backends it
-    did not find. Call it before `app.run` (the drivers do at import).
-    """
-    warnings.filterwarnings("ignore", message=".*DISPLAY environment variable is missing")
-    warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
-    import logging
-
-    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
-    absl_logger = logging.getLogger("absl")
-    level = absl_logger.level
-    absl_logger.setLevel(logging.WARNING)
-    try:
-        import dm_control._render  # noqa: F401 - (imported by OGBench) logs the OpenGL backend it picked, at INFO
-        import dm_control.mjcf  # noqa: F401 - and the MuJoCo version
-    finally:
-        absl_logger.setLevel(level)
 
 
 def _to_scalar(value):

@@ -23,13 +23,13 @@ import time
 
 from absl import app, flags, logging
 
-from log_utils import quiet_startup
 from runner import cli, resume
 from runner.config import RunConfig
 from runner.flags import define_flags
 from runner.seed_group import SeedGroup
 from runner.setup import setup_runs
 from utils.progress import progress
+from utils.startup import quiet_startup
 
 FLAGS = flags.FLAGS
 quiet_startup()

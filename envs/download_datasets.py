@@ -59,6 +59,7 @@ import ogbench.utils
 
 from envs import ogbench_utils, provenance, robomimic_utils
 from utils.progress import progress as progress_bar
+from utils.startup import quiet_startup
 
 OGBENCH_URL = ogbench.utils.DATASET_URL  # https://rail.eecs.berkeley.edu/datasets/ogbench
 # OGBench's 100M-transition sets within our domains (OGBench README, "additional features"), each a directory of
@@ -540,6 +541,7 @@ def main(argv):
     from absl import flags
 
     del argv
+    quiet_startup()
     f = flags.FLAGS
     try:
         names = list(f.env_names) + ([CUBE_QUADRUPLE_100M] if f.cube_quadruple_100m else [])

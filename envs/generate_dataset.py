@@ -105,6 +105,7 @@ from envs.ogbench_utils import (
 )
 from envs.provenance import GENERATOR_METADATA_KEY, encode_generator_metadata
 from utils.progress import progress as progress_bar
+from utils.startup import quiet_startup
 
 # Bump when a seed would no longer give the same draws (a change in the procedure or its defaults).
 GENERATOR_VERSION = 2  # 2: per-episode random streams (`episode_streams`); 1: one sequential stream
@@ -336,6 +337,8 @@ def _worker_episode(settings: _Settings, index: int) -> tuple[dict[str, np.ndarr
     if _worker_maker is None or _worker_maker.settings != settings:
         if _worker_maker is not None:
             _worker_maker.close()
+        else:
+            quiet_startup()  # this process's first env: its start-up lines would repeat the parent's
         _worker_maker = None
         _worker_maker = _EpisodeMaker(settings)
     with _preserved_global_numpy():
@@ -565,6 +568,7 @@ def generate_dataset(
 def main(_):
     from absl import flags
 
+    quiet_startup()
     f = flags.FLAGS
     try:
         resolve_dataset_name(f.env_name, f.dataset_type)  # e.g. humanoidmaze: one line naming the download

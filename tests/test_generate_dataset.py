@@ -253,9 +253,13 @@ def test_command_line_num_workers(cube_file, tmp_path, hang_guard):
     path = str(tmp_path / "cli.npz")
     args = ["--env_name=cube-single-play-v0", "--num_episodes=2", "--seed=0", f"--max_episode_steps={STEPS}"]
     cmd = [sys.executable, "-m", "envs.generate_dataset", *args, f"--save_path={path}", "--num_workers=5"]
-    out = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k != "MUJOCO_GL"}  # as on a login node: GLFW probes for X11
+    out = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "(3 worker(s))" in out.stdout  # no more processes than the 3 episodes
+    # No start-up noise from this process or its workers (utils/startup.py).
+    for noise in ("DISPLAY", "OpenGL backend", "MuJoCo library version", "precision lowered"):
+        assert noise not in out.stderr, out.stderr
     assert _files_equal(path, cube_file)  # the module fixture: the same settings in this process
     bad = subprocess.run([*cmd[:-1], "--num_workers=0"], cwd=root, capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "num_workers" in bad.stderr
