@@ -43,7 +43,6 @@ each trajectory's last row and the last two rows marked terminal; its windows an
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 
 import gymnasium
 import numpy as np
@@ -51,7 +50,7 @@ import ogbench.locomaze  # noqa: F401  (registers the locomotion envs with gymna
 import ogbench.manipspace  # noqa: F401  (registers the manipulation envs with gymnasium)
 from ogbench.relabel_utils import add_oracle_reps
 
-from envs.ogbench_utils import check_success_timing, parse_oraclerep_name, read_trajectories
+from envs.ogbench_utils import check_success_timing, parse_oraclerep_name, read_trajectories, timing_metadata
 
 
 def make_oraclerep_env(env_name: str, success_timing: str = "post", **env_kwargs) -> gymnasium.Env:
@@ -98,11 +97,8 @@ def goal_metadata(env_name: str, success_timing: str = "post") -> dict:
     Raises:
         ValueError: unsupported name or timing.
     """
-    check_success_timing(success_timing)
     return {
-        "ogbench_version": importlib.metadata.version("ogbench"),
-        "success_timing": success_timing,
-        "reward_timing": f"{success_timing}-step",
+        **timing_metadata(success_timing),
         "goal_conditioned": True,
         "task_id": None,
         "task_names": list(task_names(env_name)),

@@ -398,12 +398,17 @@ def ogbench_metadata(env_name: str, success_timing: str = "post") -> dict:
     Raises:
         ValueError: unsupported name or timing.
     """
+    return {**timing_metadata(success_timing), "task_id": effective_task_id(env_name)}
+
+
+def timing_metadata(success_timing: str) -> dict:
+    """`{'ogbench_version', 'success_timing', 'reward_timing'}`: the part of a run's env facts every OGBench
+    env shares (`ogbench_metadata`, `envs.ogbench_goals.goal_metadata`). Raises ValueError: unknown timing."""
     check_success_timing(success_timing)
     return {
         "ogbench_version": importlib.metadata.version("ogbench"),
         "success_timing": success_timing,
         "reward_timing": f"{success_timing}-step",
-        "task_id": effective_task_id(env_name),
     }
 
 
