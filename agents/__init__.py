@@ -10,7 +10,7 @@ import importlib
 import importlib.util
 import os
 import pkgutil
-from typing import Dict, List, Mapping, Optional
+from typing import Dict, List, Mapping, Optional, Sequence
 
 from agents.common import AgentSpec, Method  # noqa: F401 - the registry's types, re-exported
 
@@ -118,7 +118,9 @@ def _same(a, b) -> bool:
 DERIVED_KEYS = ("ob_dims", "action_dim", "target_entropy", "agent_name")
 
 
-def describe(config: Mapping, paper_values: Optional[Mapping] = None, defaults: Optional[Mapping] = None):
+def describe(
+    config: Mapping, paper_values: Optional[Mapping] = None, defaults: Optional[Mapping] = None, shown: Sequence = ()
+):
     """`(method label, run label)` of a resolved agent config (a run's `flags.json` `agent`).
 
     A config of a paper method (`method_of`, with every key known to the agent) is labelled by the method,
@@ -127,7 +129,9 @@ def describe(config: Mapping, paper_values: Optional[Mapping] = None, defaults: 
     in, plus every other key that differs from the agent's `get_config()`. Any other config (an
     unknown agent, unknown keys, a combination no method has) is labelled from its own agent name and
     the keys that differ from its defaults (`defaults`, else the registered agent's `get_config()`),
-    e.g. `('toy', 'toy toy_weight=0.5')`: never with a paper method's label.
+    e.g. `('toy', 'toy toy_weight=0.5')`: never with a paper method's label; keys in `shown` (those the
+    runs plotted beside it vary in) appear whatever their value, e.g. `'toy toy_weight=0.5'` beside
+    `'toy toy_weight=1'` although 0.5 is the default.
     """
     name = str(config.get("agent_name"))
     spec = REGISTRY.get(name)
@@ -153,7 +157,7 @@ def describe(config: Mapping, paper_values: Optional[Mapping] = None, defaults: 
     for key in sorted(config):
         if key in DERIVED_KEYS:
             continue
-        if key not in defaults or not _same(config[key], defaults[key]):
+        if key in shown or key not in defaults or not _same(config[key], defaults[key]):
             parts.append(f"{key}={_format(config[key])}")
     return name, " ".join(parts)
 

@@ -168,6 +168,12 @@ class RunConfig:
                 f"online update is at step {first_update} (the largest of --start_training={self.start_training}, "
                 f"1{window})."
             )
+        if self.offline_steps > 0 and 0 < self.online_steps < first_update:
+            logging.warning(
+                "--online_steps=%d ends before the first online update (step %d, --start_training=%d): the online "
+                "phase collects and evaluates but never updates the agent.",
+                self.online_steps, first_update, self.start_training,
+            )  # fmt: skip
         if self.resume and not self.run_name:
             raise ValueError("--resume needs --run_name (the run to continue).")
         for name in ("start_if_missing", "accept_changed_data"):

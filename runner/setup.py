@@ -638,7 +638,8 @@ def evaluate_and_log(
     row["time"] = time.time() - start
     logger.log(row, "eval", step=step)
     first = first if first is not None else row
-    logging.info("step %d: eval success %.3f", step, first.get("success", float("nan")))
+    seed = f" (seed {cfg.seed})" if getattr(cfg, "num_seeds", 1) > 1 else ""  # a group logs one line per seed
+    logging.info("step %d: eval success %.3f%s", step, first.get("success", float("nan")), seed)
     return row
 
 

@@ -22,8 +22,9 @@ Groups. Runs are grouped by a label derived from the resolved agent config in `f
 values for its domain (`h=3`, `N=16`, `alpha=100`) and every other key that differs from the agent's
 defaults; any other config (an agent the registry does not know, a config with keys its registered
 agent lacks, a combination no paper method has) is labelled from its agent name and the keys that
-differ from its defaults (`flags.json` `agent_defaults`, else the registered agent's), never as a
-paper method: no paper curve is drawn for it and it never gets a paper method's style, and a label
+differ from its defaults (`flags.json` `agent_defaults`, else the registered agent's) and the keys in
+which the plotted runs of that agent vary (`show_varying_keys`: every arm of a sweep names its value), never
+as a paper method: no paper curve is drawn for it and it never gets a paper method's style, and a label
 that would start with a paper method's name gets ` (not the paper's QC)`. ` (generated data)` marks
 runs on a locally generated dataset (`flags.json` `datasets`; a run without that record counts as
 unknown, see `table.md`). A warning per label says why a label may surprise: an unknown agent
@@ -90,6 +91,7 @@ from plot_runs import (  # noqa: E402,F401
     read_eval_csv,
     read_run_dir,
     read_wandb_runs,
+    show_varying_keys,
     sorted_labels,
     sorted_panels,
     warn,
@@ -216,17 +218,24 @@ def run(args, wandb_api=None) -> int:
         raise InputError("--wandb_group needs --wandb_project")
     check_out_dir(args.out_dir)  # before reading anything: the whole bootstrap must not end in a traceback
     runs: List[Run] = []
+    sources: List[Optional[str]] = []  # each run's directory (None: from wandb)
     if args.runs:
         directories = find_run_dirs(args.runs)
         for path in progress(directories, len(directories), "reading runs"):
             loaded = read_run_dir(path)
             if loaded is not None:
-                runs += [loaded, *cut_runs(loaded, path)]
+                runs.append(loaded)
+                sources.append(path)
     if args.wandb_project:
         api = wandb_api if wandb_api is not None else make_wandb_api()
-        runs += read_wandb_runs(api, args.wandb_project, args.wandb_group)
+        found = read_wandb_runs(api, args.wandb_project, args.wandb_group)
+        runs += found
+        sources += [None] * len(found)
     if not runs:
         raise InputError("none of the runs found has an evaluation yet (eval.csv rows)")
+    # Every arm of a sweep names the keys its runs vary in; then the partial-chunk evaluations (ac<n>/ columns).
+    runs = show_varying_keys(runs)
+    runs += [cut for run, path in zip(runs, sources, strict=True) if path for cut in cut_runs(run, path)]
     warn_about_labels(runs)
     paper = {} if args.no_paper else load_paper(args.paper_dir)
     offset = _online_offset(runs, args.online_offset)

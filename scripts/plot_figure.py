@@ -5,6 +5,7 @@ What the figure shows is told once, in the docstring of scripts/plot_curves.py (
 
 import math
 import os
+import textwrap
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -13,6 +14,7 @@ from plot_runs import label_key, sorted_labels, task_key
 from plot_stats import Curve
 
 DPI = 150
+LEGEND_FONT_PT = 8
 # (colour, marker) of the paper's methods, by the labels of the paper's figures: the marker tells methods
 # apart in black and white. A label no entry has gets a free style of EXTRA_STYLES (then of these).
 METHOD_STYLES = {
@@ -44,6 +46,29 @@ def figure_size(num_panels: int, legend_rows: int, per_task: bool) -> Tuple[floa
 def legend_columns(num_panels: int, per_task: bool) -> int:
     """Legend columns that fit the figure's width (about 2.3 inches each)."""
     return max(1, int(figure_size(num_panels, 0, per_task)[0] / 2.3))
+
+
+def legend_text_width(width: float, columns: int) -> int:
+    """Characters of legend text (8 pt) that fit one of `columns` columns of a figure `width` inches wide,
+    besides each entry's line handle and the spacing between columns."""
+    return max(12, int(((width * 72 - 12) / columns - LEGEND_FONT_PT * 4) / (0.58 * LEGEND_FONT_PT)))
+
+
+def _fitting_columns(width: float, longest: int, max_columns: int) -> int:
+    """At most `max_columns`, fewer where the longest legend entry would not fit its column on one line."""
+    columns = max_columns
+    while columns > 1 and longest > legend_text_width(width, columns):
+        columns -= 1
+    return columns
+
+
+def step_scale(curves: Sequence[Curve], with_paper: bool) -> Tuple[float, str]:
+    """`(divisor, unit)` of the x axis: millions where the paper's curves (up to 1-2M steps) are drawn or a
+    run reaches 100k steps, else thousands, else steps, so that short runs get readable ticks."""
+    last = max((float(np.max(c.x)) for c in curves if len(c.x)), default=0.0)
+    if with_paper or last >= 1e5:
+        return 1e6, "millions"
+    return (1e3, "thousands") if last >= 1e3 else (1.0, "")
 
 
 def _styles(curves: Sequence[Curve]) -> Dict[str, Tuple[str, str]]:
@@ -81,7 +106,10 @@ def legend_plan(curves: Sequence[Curve], paper: Dict, per_task: bool):
     )
     num_panels = len({c.panel for c in curves})
     groups = [(label, next(c.method for c in curves if c.label == label)) for label in sorted_labels(curves)]
-    legend, columns = _legend_entries(groups, paper_methods, styles, legend_columns(num_panels, per_task))
+    longest = max([len(label) for label, _ in groups] + [len(f"{m} (paper)") for m in paper_methods], default=0)
+    width = figure_size(num_panels, 0, per_task)[0]
+    max_columns = _fitting_columns(width, longest, legend_columns(num_panels, per_task))
+    legend, columns = _legend_entries(groups, paper_methods, styles, max_columns)
     return styles, paper_methods, groups, legend, columns
 
 
@@ -104,7 +132,12 @@ def draw_figure(
     panels = list(dict.fromkeys(c.panel for c in curves))
     styles, paper_methods, groups, legend, columns = legend_plan(curves, paper, per_task)
     nrows, ncols = panel_grid(len(panels), per_task)
-    width, height = figure_size(len(panels), math.ceil(len(legend) / columns), per_task)
+    # A label longer than its column wraps onto more lines (agents' labels list the keys they differ in).
+    text_width = legend_text_width(figure_size(len(panels), 0, per_task)[0], columns)
+    names = [textwrap.fill(name, text_width, break_on_hyphens=False) for name, _, _ in legend]
+    lines = max([name.count("\n") + 1 for name in names], default=1)
+    width, height = figure_size(len(panels), math.ceil(len(legend) / columns) * lines, per_task)
+    scale, unit = step_scale(curves, bool(paper_methods))
     fig, axes = plt.subplots(nrows, ncols, figsize=(width, height), layout="constrained", squeeze=False)
     stat = "IQM" if aggregate == "iqm" else "Success rate"
     for index, ax in enumerate(axes.flat):
@@ -116,7 +149,7 @@ def draw_figure(
         boundaries = set()
         for c in in_panel:
             color, marker = styles[c.label]
-            xm = c.x / 1e6
+            xm = c.x / scale
             isolated = _isolated(c.mean)
             every = max(1, len(xm) // 12) if len(xm) > 25 else 1
             marked = sorted(set(range(0, len(xm), every)) | set(isolated))
@@ -141,12 +174,20 @@ def draw_figure(
                 boundaries.add(PAPER_OFFLINE_STEPS)
         transform = blended_transform_factory(ax.transData, ax.transAxes)
         for b in sorted(boundaries):
-            ax.axvline(b / 1e6, color="0.35", linestyle=":", linewidth=1.0)
+            ax.axvline(b / scale, color="0.35", linestyle=":", linewidth=1.0)
             if b == max(boundaries):
                 box = {"facecolor": "white", "alpha": 0.7, "edgecolor": "none", "pad": 0.3}
                 for text, align in (("offline ", "right"), (" online", "left")):
                     ax.text(
-                        b / 1e6, 0.98, text, ha=align, va="top", fontsize=7, color="0.35", transform=transform, bbox=box
+                        b / scale,
+                        0.98,
+                        text,
+                        ha=align,
+                        va="top",
+                        fontsize=7,
+                        color="0.35",
+                        transform=transform,
+                        bbox=box,
                     )
         tasks = sorted({t for c in in_panel for t in c.tasks})
         title = panel if per_task else f"{panel} ({len(tasks)} task{'s' if len(tasks) != 1 else ''})"
@@ -159,7 +200,9 @@ def draw_figure(
             ax.set_ylabel(stat, fontsize=9)
         if index // ncols == nrows - 1 or index + ncols >= len(panels):
             offline_only = all(r.online_steps == 0 and r.driver == "main" for c in curves for r in c.runs)
-            ax.set_xlabel("Offline steps (millions)" if offline_only else "Steps (millions): offline, then online",
+            what = "Offline steps" if offline_only else "Steps"
+            unit_text = f" ({unit})" if unit else ""
+            ax.set_xlabel(f"{what}{unit_text}" if offline_only else f"{what}{unit_text}: offline, then online",
                           fontsize=8)  # fmt: skip
     handles = [
         Line2D(
@@ -178,10 +221,10 @@ def draw_figure(
         handle.set_visible(bool(name))
     fig.legend(
         handles,
-        [name for name, _, _ in legend],
+        names,
         loc="outside lower center",
         ncol=columns,
-        fontsize=8,
+        fontsize=LEGEND_FONT_PT,
         frameon=False,
     )
     paths = [os.path.join(out_dir, "curves.png"), os.path.join(out_dir, "curves.pdf")]

@@ -71,12 +71,13 @@ def _paper_method(agent: Dict) -> Optional[str]:
     return method if method in spec.methods else None
 
 
-def label_of(record: Dict) -> Tuple[Optional[str], str]:
+def label_of(record: Dict, shown: Sequence[str] = ()) -> Tuple[Optional[str], str]:
     """`(paper method, label)` of a run from its `flags.json` record (plot_curves.py, "Groups").
 
     `('QC', 'QC h=3 N=16')` for a run of a paper method (labels of the registry's `agents.describe`);
-    `(None, 'toy toy_weight=0.5')` for any other run. A label that would start with a paper method's
-    name without being that method gets ` (not the paper's QC)`.
+    `(None, 'toy toy_weight=0.5')` for any other run, which also names the config keys in `shown`
+    (`show_varying_keys`). A label that would start with a paper method's name without being that method
+    gets ` (not the paper's QC)`.
 
     Raises:
         KeyError, TypeError, ValueError: a record without `agent` or `flags.env_name`, or an agent config
@@ -85,7 +86,7 @@ def label_of(record: Dict) -> Tuple[Optional[str], str]:
     agent, env_name = record["agent"], record["flags"]["env_name"]
     method = _paper_method(agent)
     paper = methods.paper_values(method, env_name) if method else {}
-    method_label, label = agents.describe(agent, paper, record.get("agent_defaults"))
+    method_label, label = agents.describe(agent, paper, record.get("agent_defaults"), shown)
     first = label.split(" ")[0]
     if method is None and first in METHOD_ORDER:
         label += f" (not the paper's {first})"
@@ -183,6 +184,7 @@ class Run:
     steps: np.ndarray
     success: np.ndarray
     note: Optional[str] = None
+    record: Optional[Dict] = dataclasses.field(default=None, repr=False)  # its flags.json
 
     def x(self, online_offset: int) -> np.ndarray:
         """Steps on the paper's axis: `main_online.py` runs start at `online_offset`."""
@@ -299,6 +301,7 @@ def make_run(source: str, config_file: str, record: Dict, rows: Iterable[Tuple[i
         steps=np.array([step for step, _ in rows], dtype=np.int64),
         success=np.array([value for _, value in rows], dtype=np.float64),
         note=note,
+        record=record,
     )
 
 
@@ -491,6 +494,30 @@ def make_wandb_api():
         return wandb.Api(timeout=30)
     except Exception as e:
         raise InputError(f"cannot reach wandb: {type(e).__name__}: {e}") from None
+
+
+def _comparable(value):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return tuple(_comparable(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def show_varying_keys(runs: Sequence[Run]) -> List[Run]:
+    """`runs`, where runs of one agent and no paper method differ in config keys, relabelled so that every
+    one of them names those keys: a sweep's arms read `toy beta=0.5` and `toy beta=1` rather than `toy`
+    (0.5 being the default) and `toy beta=1`."""
+    by_agent: Dict[str, List[Run]] = {}
+    for r in runs:
+        if r.method is None and r.record is not None:
+            by_agent.setdefault(r.record["agent"]["agent_name"], []).append(r)
+    relabelled = {}
+    for group in by_agent.values():
+        configs = [r.record["agent"] for r in group]
+        keys = sorted({k for c in configs for k in c} - set(agents.DERIVED_KEYS))
+        varying = [k for k in keys if len({repr(_comparable(c.get(k))) for c in configs}) > 1]
+        for r in group if varying else ():
+            relabelled[id(r)] = dataclasses.replace(r, label=label_of(r.record, varying)[1])
+    return [relabelled.get(id(r), r) for r in runs]
 
 
 def warn_about_labels(runs: Sequence[Run]):

@@ -199,8 +199,10 @@ def env_short_name(env_name: str) -> str:
 
 
 def sanitize(text: str) -> str:
-    """Every run of characters outside `[A-Za-z0-9._=-]` becomes one `-` (none at either end)."""
-    return re.sub(f"[^{NAME_CHARS}]+", "-", text).strip("-")
+    """Characters outside `[A-Za-z0-9._=-]` dropped at either end and every run of them inside made one `-`:
+    `(256,256)` -> `256-256`, while a value's own sign stays (`-1` -> `-1`, never `1`)."""
+    text = re.sub(f"^[^{NAME_CHARS}]+|[^{NAME_CHARS}]+$", "", text)
+    return re.sub(f"[^{NAME_CHARS}]+", "-", text)
 
 
 def name_part(key: str, value: str) -> str:

@@ -68,7 +68,8 @@ def run_local(runs: List[SweepRun], skipped: List[SweepRun], args) -> int:
             run.env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # runs share a device: no 75% preallocation each
         run.pass_fds, run.new_session = (lock_fd,), True
         start[run.name] = time.time()
-        print(f"started {run.name} (log: {run.log_path})", flush=True)
+        with lock:  # print() writes the text and its newline separately: two threads could share a line
+            print(f"started {run.name} (log: {run.log_path})", flush=True)
         try:
             return run()
         finally:
@@ -102,10 +103,12 @@ def run_local(runs: List[SweepRun], skipped: List[SweepRun], args) -> int:
                 try:
                     result = fut.result()
                     results[run.name] = (result["status"], 0)
-                    print(f"[{len(results)}/{len(runs)}] {result['status']} {run.name} ({took})", flush=True)
+                    line = f"[{len(results)}/{len(runs)}] {result['status']} {run.name} ({took})"
                 except RunFailed as e:
                     results[run.name] = ("failed", e.returncode)
-                    print(f"[{len(results)}/{len(runs)}] FAILED {run.name}: {e}", flush=True)
+                    line = f"[{len(results)}/{len(runs)}] FAILED {run.name}: {e}"
+                with lock:
+                    print(line, flush=True)
     except (KeyboardInterrupt, _Stop) as e:
         stopped_by = e.signum if isinstance(e, _Stop) else signal.SIGINT
         print("stopping: SIGTERM to every running driver (each writes its state)...", file=sys.stderr, flush=True)

@@ -673,6 +673,34 @@ def test_an_unknown_agent_is_plotted_beside_qc_under_its_own_label(sweep, tmp_pa
     assert styles["toy toy_weight=0.5"] not in (styles["QC"], styles["QC-FQL"])
 
 
+def test_a_sweeps_arms_name_the_key_they_vary_in_and_long_labels_stay_inside_the_figure(tmp_path, capsys):
+    # A sweep of an unknown agent over toy_weight: its default arm (1.0) names the key too. The labels are
+    # long (every key that differs from the defaults): the legend wraps them and stays inside the picture.
+    long_dims = {"actor_hidden_dims": [32, 32], "value_hidden_dims": [32, 32], "batch_size": 16, "discount": 0.995}
+    for weight in (0.5, 1.0):
+        for seed in range(2):
+            record = _toy_record(1, seed)
+            record["agent"].update(toy_weight=weight, **long_dims)
+            write_run(tmp_path / "runs" / f"w{weight}_sd{seed}", record, [(100, 0.1), (200, 0.2 * seed)])
+    out = tmp_path / "plots"
+    assert pc.main([str(tmp_path / "runs"), f"--out_dir={out}", "--reps=20", "--no_paper"]) == 0
+    labels = {r["label"] for r in _curves_csv(out)}
+    common = "actor_hidden_dims=32x2 batch_size=16 discount=0.995"
+    assert labels == {
+        f"toy {common} toy_weight=0.5 value_hidden_dims=32x2",
+        f"toy {common} toy_weight=1 value_hidden_dims=32x2",
+    }, labels
+    with Image.open(out / "curves.png") as image:
+        pixels = np.asarray(image.convert("L")).astype(int)
+    # Nothing is cut at the picture's edges (a legend wider than the figure was).
+    assert pixels[:, :3].min() > 240 and pixels[:, -3:].min() > 240 and pixels[-3:, :].min() > 240
+    # Steps of short runs read as steps, not as millions (0.0001).
+    assert pc.plot_figure.step_scale(pc.compute_curves(_runs(tmp_path / "runs"), False, "mean", 20, 0, 0), False) == (
+        1.0,
+        "",
+    )
+
+
 def test_an_agent_named_like_a_paper_method_is_not_that_method():
     record = _toy_record(2, 0, name="QC")
     assert pc.label_of(record) == (None, "QC toy_weight=0.5 (not the paper's QC)")

@@ -55,6 +55,11 @@ def write_pessimistic_agent(folder) -> str:
             'next_q = aggregate(next_qs, cfg["q_agg"])  # (B,)',
             'next_q = next_qs.mean(axis=0) - cfg["beta"] * next_qs.std(axis=0)  # (B,)',
         ),
+        (
+            "    common.check_types(c, get_config())\n",
+            '    common.expect(c, "beta", common.is_number(c["beta"], 0), "a number >= 0")\n'
+            "    common.check_types(c, get_config())\n",
+        ),
         ("    methods=METHODS,\n", ""),
         ("    method_of=method_of,\n", ""),
     ]
@@ -90,6 +95,13 @@ def test_a_new_agent_in_one_file_works_with_every_tool(tmp_path, setup_files):
     assert record["agent"]["agent_name"] == "pessimistic" and record["agent"]["beta"] == 0.5
     assert record["agent_defaults"]["beta"] == 0.5 and record["flags"]["agent_file"] == agent_file
     assert csv_rows(os.path.join(run_dir, "eval.csv")) and os.path.isfile(os.path.join(run_dir, "DONE.json"))
+
+    # Its own check: one line, before anything is written, for a bad value and for a value of the wrong kind.
+    for name, bad in (("negative", "-1"), ("word", "abc")):
+        bad_dir, result = _run(save, name, dataset, agent, f"--agent.beta={bad}", expect=2)
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith("error: ") and "--agent.beta" in last and "Traceback" not in result.stderr, last
+        assert not os.path.exists(bad_dir)
 
     # beta = 0 is ACFQL's target (q_agg mean): the same run, row for row; beta > 0 is another one.
     zero, _ = _run(save, "p0", dataset, agent, "--agent.beta=0.0")

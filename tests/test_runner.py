@@ -79,6 +79,18 @@ def test_warning_when_every_trajectory_is_shorter_than_the_chunk(caplog):
     assert "shorter" not in caplog.text
 
 
+def test_an_online_phase_that_never_updates_is_a_warning(monkeypatch, caplog):
+    base = ["--env_name=cube-single-play-singletask-task1-v0", "--offline_steps=100"]
+    with caplog.at_level(logging.WARNING):
+        parse(monkeypatch, "main", *base, "--online_steps=200")  # --start_training defaults to 5000
+    assert "--online_steps=200 ends before the first online update (step 5000, --start_training=5000)" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        parse(monkeypatch, "main", *base, "--online_steps=200", "--start_training=50")
+        parse(monkeypatch, "main", *base, "--online_steps=0")  # offline only: nothing to warn about
+    assert "first online update" not in caplog.text
+
+
 class _NoGL:
     def render(self):
         raise RuntimeError("an OpenGL platform library has not been loaded into this process")

@@ -241,7 +241,7 @@ def dataset_path(tmp_path_factory):
 
 
 def _run(script, save_dir, name, dataset_path, *extra, fault=None, expect=0):
-    run_driver(script, save_dir, name, dataset_path, [*TINY, *extra], fault=fault, expect=expect)
+    return run_driver(script, save_dir, name, dataset_path, [*TINY, *extra], fault=fault, expect=expect)
 
 
 def _rows(path):
@@ -273,7 +273,9 @@ def test_each_seed_of_a_group_matches_its_single_seed_run(tmp_path, dataset_path
     save = str(tmp_path)
     for seed in (3, 4):
         _run(script, save, f"single{seed}", dataset_path, *extra, f"--seed={seed}")
-    _run(script, save, "group", dataset_path, *extra, "--seed=3", "--num_seeds=2", "--seed_batching=vmap")
+    _, result = _run(script, save, "group", dataset_path, *extra, "--seed=3", "--num_seeds=2", "--seed_batching=vmap")
+    # Each seed's evaluation line names its seed.
+    assert "step 50: eval success" in result.stderr and "(seed 3)" in result.stderr and "(seed 4)" in result.stderr
     group_dir = os.path.join(save, "g")
     for seed in (3, 4):
         single, member = os.path.join(group_dir, f"single{seed}"), os.path.join(group_dir, f"group_sd{seed}")

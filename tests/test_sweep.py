@@ -135,6 +135,8 @@ def test_split_values():
 
 def test_run_names_are_sanitized_and_unique(capsys):
     assert sweep.sanitize("a b/(c),d") == "a-b-c-d"
+    # A value's own sign stays: -1 and 1 are two runs, not one directory.
+    assert [sweep.sanitize(v) for v in ("-1", "1", "(-1,2)", "-0.5e-3")] == ["-1", "1", "-1-2", "-0.5e-3"]
     assert sweep.env_short_name("cube-double-play-singletask-task2-v0") == "cube-double-t2"
     assert sweep.env_short_name("puzzle-3x3-noisy-singletask-v0") == "puzzle-3x3-noisy"
     assert sweep.env_short_name("lift-mh-low_dim") == "lift-mh-low_dim"
