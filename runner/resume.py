@@ -425,8 +425,12 @@ def check_datasets(run_dir: str, record: Optional[Dict], datasets: List[Dict], a
 def group_resume_states(configs: List, agents_: List, datasets: List) -> List[Optional[Dict]]:
     """The states to continue, one per seed, all at one step: the newest step every seed has whole.
 
-    None for every seed when none (a fresh start). Raises `ValueError` when a CSV file holds fewer rows
-    than the state recorded (rows lost since), naming the file and the counts.
+    None for every seed when no seed has a complete state (killed before its first one: a fresh start).
+
+    Raises:
+        ValueError: states exist but none can be continued: every one is damaged, or the seeds of a group
+            have no step in common (one was resumed alone since); nothing is deleted then. Also when a CSV
+            file lost rows or holds a broken one since the state (`check_csv_rows`).
     """
     dirs = [run_dir_of(c) for c in configs]
     if len(configs) == 1:
@@ -439,6 +443,19 @@ def group_resume_states(configs: List, agents_: List, datasets: List) -> List[Op
             if all(m is not None for m in candidate):
                 metas = candidate
                 break
+    if all(m is None for m in metas) and any(state_steps(d) for d in dirs):
+        held = "; ".join(f"{d}: {', '.join(map(str, state_steps(d))) or 'none'}" for d in dirs)
+        if len(dirs) > 1 and not common:
+            why = (
+                f"the seeds' run states have no step in common ({held}): a seed was resumed alone since. Resume "
+                "each seed alone (--num_seeds=1 --seed=<its seed> --run_name=<its directory>) to the end"
+            )
+        else:
+            why = (
+                f"no run state can be read back ({held}; the warnings above say what is damaged). To start "
+                "over, delete the state/ directory (the CSV rows are then written again from step 0)"
+            )
+        raise ValueError(f"--resume: {why}. Nothing was changed.")
     for d, meta in zip(dirs, metas, strict=True):
         if meta is not None:
             check_csv_rows(d, meta["csv_rows"])

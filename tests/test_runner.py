@@ -429,6 +429,46 @@ def test_a_damaged_complete_state_falls_back_and_the_run_dir_is_locked(tmp_path)
         resume.lock_run_dir(str(tmp_path))
 
 
+def _seed_states(tmp_path, steps_per_seed):
+    """Run directories g/r_sd<i> with complete states at the given steps; their configs, agents and datasets."""
+    data = _dataset([0] * 9 + [1])
+    meta = {"phase": "offline", "step_in_phase": 1, "dataset_rng": {}, "csv_rows": {}}
+    configs = []
+    for seed, steps in enumerate(steps_per_seed):
+        cfg = types.SimpleNamespace(save_dir=str(tmp_path), run_group="g", run_name=f"r_sd{seed}")
+        os.makedirs(resume.run_dir_of(cfg))
+        for step in steps:
+            resume.write_state(resume.run_dir_of(cfg), {**meta, "global_step": step}, {"w": np.ones(2)}, keep=None)
+        configs.append(cfg)
+    n = len(steps_per_seed)
+    return configs, [{"w": np.zeros(2)}] * n, [data] * n
+
+
+def test_a_group_whose_seeds_have_no_step_in_common_is_refused_and_kept(tmp_path):
+    # Seed 0 was resumed alone after the group was killed: its states are past seed 1's.
+    configs, templates, datasets = _seed_states(tmp_path, [[130, 150], [70, 90]])
+    with pytest.raises(
+        ValueError, match=r"no step in common .*r_sd0: 130, 150; .*r_sd1: 70, 90.*Resume each seed alone"
+    ):
+        resume.group_resume_states(configs, templates, datasets)
+    assert [resume.state_steps(resume.run_dir_of(c)) for c in configs] == [[130, 150], [70, 90]]  # nothing deleted
+    # With a step in common the group continues from it.
+    configs, templates, datasets = _seed_states(tmp_path / "b", [[70, 90, 130], [70, 90]])
+    assert [m["global_step"] for m in resume.group_resume_states(configs, templates, datasets)] == [90, 90]
+
+
+def test_a_run_whose_every_state_is_damaged_is_refused_not_started_over(tmp_path):
+    configs, templates, datasets = _seed_states(tmp_path, [[3, 6]])
+    for step in (3, 6):
+        os.remove(os.path.join(resume.state_path(resume.run_dir_of(configs[0]), step), "agent.msgpack"))
+    with pytest.raises(ValueError, match=r"no run state can be read back .*3, 6.*delete the state/ directory"):
+        resume.group_resume_states(configs, templates, datasets)
+    assert resume.state_steps(resume.run_dir_of(configs[0])) == [3, 6]
+    # A run killed before its first state starts fresh, as before.
+    configs, templates, datasets = _seed_states(tmp_path / "b", [[], []])
+    assert resume.group_resume_states(configs, templates, datasets) == [None, None]
+
+
 @pytest.mark.parametrize("added", [0, 7, 25])  # none, some, and past a wrap of the 20-row buffer
 def test_a_state_holds_the_buffers_rows_not_its_capacity(tmp_path, added):
     from utils.datasets import ReplayBuffer
