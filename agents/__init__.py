@@ -10,6 +10,7 @@ import importlib
 import importlib.util
 import os
 import pkgutil
+import sys
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from agents.common import AgentSpec, Method  # noqa: F401 - the registry's types, re-exported
@@ -62,6 +63,7 @@ def load_file(path: str) -> Optional[AgentSpec]:
         name = f"_qc_agent_{abs(hash(path))}"
         spec_ = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec_)
+        sys.modules[name] = module  # as an import would: inspect and the agent's source record find it
         spec_.loader.exec_module(module)
     spec = getattr(module, "SPEC", None)
     return register(spec, path) if isinstance(spec, AgentSpec) else None

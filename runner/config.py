@@ -176,7 +176,7 @@ class RunConfig:
             )  # fmt: skip
         if self.resume and not self.run_name:
             raise ValueError("--resume needs --run_name (the run to continue).")
-        for name in ("start_if_missing", "accept_changed_data"):
+        for name in ("start_if_missing", "accept_changed_data", "accept_changed_agent"):
             if getattr(self, name) and not self.resume:
                 raise ValueError(f"--{name} applies to --resume only; pass --resume --run_name=NAME with it.")
         if self.state_interval < 0:

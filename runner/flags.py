@@ -124,6 +124,13 @@ def define_flags(driver: str, flag_values=FLAGS):
         "keeps the earlier records under dataset_history.",
         **fv,
     )
+    flags.DEFINE_bool(
+        "accept_changed_agent",
+        False,
+        "With --resume: continue although the agent's file changed since the run started (sha256); flags.json keeps "
+        "the earlier record under agent_source_history.",
+        **fv,
+    )
     flags.DEFINE_integer(
         "state_interval",
         50000,

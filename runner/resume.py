@@ -8,6 +8,7 @@ so a half-written state is never read.
 """
 
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -274,6 +275,7 @@ RESUME_MAY_CHANGE = (
     "agent_file",
     "start_if_missing",
     "accept_changed_data",
+    "accept_changed_agent",
 )
 # Flags holding paths: compared after normalisation (`exp` and `exp/` are one directory).
 PATH_FLAGS = ("save_dir", "dataset_path", "ogbench_dataset_dir", "agent_file")
@@ -420,6 +422,37 @@ def check_datasets(run_dir: str, record: Optional[Dict], datasets: List[Dict], a
         "--accept_changed_data: %s continues on changed data; flags.json keeps the earlier records.", run_dir
     )
     return history + [record.get("datasets", [])]
+
+
+def agent_source(agent_class) -> Dict:
+    """`{'path', 'sha256'}` of the file that defines `agent_class` (its losses and update), for `flags.json`."""
+    path = os.path.abspath(sys.modules[agent_class.__module__].__file__)
+    with open(path, "rb") as f:
+        return {"path": path, "sha256": hashlib.sha256(f.read()).hexdigest()}
+
+
+def check_agent_source(run_dir: str, record: Optional[Dict], now: Dict, accept_changed: bool) -> List[Dict]:
+    """The agent-file records of earlier parts of the run, to keep in `flags.json` (`agent_source_history`).
+
+    Raises `ValueError` when the file that defines the run's agent has another sha256 than when the run
+    started (its updates would continue with other code), unless `accept_changed` (`--accept_changed_agent`):
+    then the old record is kept beside the new one. A record without `agent_source` (older runs) passes.
+    """
+    if record is None:
+        return []
+    history = list(record.get("agent_source_history", []))
+    then = record.get("agent_source")
+    if not isinstance(then, dict) or then.get("sha256") == now["sha256"]:
+        return history
+    if not accept_changed:
+        raise ValueError(
+            f"--resume: the agent's file changed since {run_dir} started ({then.get('path')}: sha256 "
+            f"{str(then.get('sha256'))[:12]}... then, {now['path']}: {now['sha256'][:12]}... now); the run would "
+            "continue with other code. Restore the file, start a new run, or pass --accept_changed_agent to "
+            "continue anyway (flags.json keeps both records)."
+        )
+    logging.warning("--accept_changed_agent: %s continues with a changed agent file; flags.json keeps both.", run_dir)
+    return history + [then]
 
 
 def group_resume_states(configs: List, agents_: List, datasets: List) -> List[Optional[Dict]]:

@@ -371,14 +371,18 @@ def _make_run_dir(cfg):
     return exp_name, run_dir
 
 
-def setup_run(cfg, agent_config: Dict, metadata: Dict, resume_meta: Optional[Dict] = None, history=None):
+def setup_run(
+    cfg, agent_config: Dict, metadata: Dict, resume_meta: Optional[Dict] = None, history=None, agent_history=None
+):
     """Create `<save_dir>/<run_group>/<exp_name>/`, write `flags.json`, return `(run_dir, logger)`.
 
     `flags.json`: `flags` (every setting), `agent` (the config the agent was built with:
     `horizon_length`, `ob_dims`, `action_dim` filled in) and `metadata` entries (ogbench
     version, reward timing, the task id that runs). With `--resume` the run directory of `--run_name`
     is used as it is (`resume_meta`: the state being continued, whose CSV rows and wandb id are kept;
-    `history`: the data records of its earlier parts when `--accept_changed_data` let it go on).
+    `history`: the data records of its earlier parts when `--accept_changed_data` let it go on;
+    `agent_history`: the agent-file records likewise, `--accept_changed_agent`). `agent_source` records the
+    path and sha256 of the file that defines the agent.
     """
     try:
         exp_name, run_dir = _make_run_dir(cfg)
@@ -386,11 +390,14 @@ def setup_run(cfg, agent_config: Dict, metadata: Dict, resume_meta: Optional[Dic
         where = os.path.join(cfg.save_dir, cfg.run_group)
         raise ValueError(f"cannot write the run directory in {where} ({e.strerror or e}); check --save_dir.") from None
     # The agent's defaults label a run of an agent the plotting process does not know (agents.describe).
-    defaults = agents.get(agent_config["agent_name"]).get_config().to_dict()
-    record = {"driver": cfg.driver, "flags": cfg.flag_values, "agent": dict(agent_config), "agent_defaults": defaults}
+    spec = agents.get(agent_config["agent_name"])
+    record = {"driver": cfg.driver, "flags": cfg.flag_values, "agent": dict(agent_config)}
+    record.update(agent_defaults=spec.get_config().to_dict(), agent_source=resume.agent_source(spec.agent_class))
     record.update(metadata)
     if history:
         record["dataset_history"] = history
+    if agent_history:
+        record["agent_source_history"] = agent_history
     if cfg.sweep_info is not None:
         record["sweep"] = json.loads(cfg.sweep_info)
         if "seed" in record["sweep"]:  # a seed group launched by a sweep: each run records its own seed
@@ -520,6 +527,11 @@ def setup_runs(cfg) -> List[Run]:
             resume.check_datasets(resume.run_dir_of(c), r, data.metadata.get("datasets", []), cfg.accept_changed_data)
             for c, r, data in zip(configs, records, env_datas, strict=True)
         ]
+        source = resume.agent_source(spec.agent_class)
+        agent_histories = [
+            resume.check_agent_source(resume.run_dir_of(c), r, source, cfg.accept_changed_agent)
+            for c, r in zip(configs, records, strict=True)
+        ]
         metas = [None] * len(configs)
         if cfg.resume and any(r is not None for r in records):
             metas = resume.group_resume_states(configs, agents_, datasets)
@@ -527,11 +539,11 @@ def setup_runs(cfg) -> List[Run]:
         if len(configs) > 1:
             group = {"first_seed": cfg.seed, "num_seeds": cfg.num_seeds, "seeds": [c.seed for c in configs]}
         runs = []
-        for c, data, dataset, agent, meta, history in zip(
-            configs, env_datas, datasets, agents_, metas, histories, strict=True
+        for c, data, dataset, agent, meta, history, agent_history in zip(
+            configs, env_datas, datasets, agents_, metas, histories, agent_histories, strict=True
         ):
             metadata = dict(data.metadata, **({"seed_group": group} if group else {}))
-            run_dir, logger = setup_run(c, agent.config, metadata, meta, history)
+            run_dir, logger = setup_run(c, agent.config, metadata, meta, history, agent_history)
             run = Run(
                 cfg=c,
                 agent=agent,

@@ -116,10 +116,19 @@ def test_a_new_agent_in_one_file_works_with_every_tool(tmp_path, setup_files):
         assert os.path.isfile(os.path.join(save, "g", f"group_sd{seed}", "DONE.json"))
     _run(save, "dev", dataset, agent, "--updates_per_dispatch=5", "--offline_sampler=device")
 
-    # Killed in the online phase, resumed: equal to the uninterrupted run.
+    # Killed in the online phase, resumed: equal to the uninterrupted run. The agent's file is part of what a
+    # resume checks (its sha256 in flags.json): an edited copy is refused unless accepted, and then recorded.
     cut, _ = _run(save, "cut", dataset, agent, fault="kill@online:12", expect=-9)
-    _run(save, "cut", dataset, agent, "--resume")
-    assert_same_run(run_dir, cut, 50)
+    edited = os.path.join(save, "edited.py")
+    with open(agent_file) as f, open(edited, "w") as g:
+        g.write(f.read() + "\n# edited after the run started\n")
+    _, result = _run(save, "cut", dataset, f"--agent={edited}", "--resume", expect=2)
+    assert "the agent's file changed since" in result.stderr and "--accept_changed_agent" in result.stderr
+    _run(save, "cut", dataset, f"--agent={edited}", "--resume", "--accept_changed_agent")
+    assert_same_run(run_dir, cut, 50)  # a comment changes nothing else
+    with open(os.path.join(cut, "flags.json")) as f:
+        record = json.load(f)
+    assert record["agent_source"]["path"] == edited and record["agent_source_history"][0]["path"] == agent_file
 
     # A sweep over the new key (dry run), and the plot with its own label.
     sweep = subprocess.run(
