@@ -88,6 +88,7 @@ import importlib.metadata
 import multiprocessing
 import os
 import sys
+import tempfile
 import time
 import zipfile
 from collections.abc import Iterator
@@ -442,17 +443,29 @@ def write_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
 
 
 def check_targets(env_name: str, save_path: str | None, dataset_type: str | None, overwrite: bool):
-    """`(train_path, val_path)` to write; `ValueError` for a path not ending in .npz, `FileExistsError` for an
-    existing file without `overwrite` (checked before any episode is generated)."""
+    """`(train_path, val_path)` to write; `ValueError` for a path not ending in .npz or where no file can be
+    written, `FileExistsError` for an existing file without `overwrite` (checked before any episode is generated)."""
     name = resolve_dataset_name(env_name, dataset_type)
     train_path = os.path.expanduser(save_path or default_dataset_path(name.dataset_name))
     if not train_path.endswith(".npz"):
         raise ValueError(f"save_path must end in .npz, got {train_path!r}.")
     val_path = val_path_for(train_path)
     for p in (train_path, val_path):
+        if os.path.isdir(p):
+            raise ValueError(f"{p} is a directory; save_path must name the .npz file to write.")
         if os.path.exists(p) and not overwrite:
             raise FileExistsError(f"{p} exists; pass --overwrite to replace it (runs trained on it would then refuse "
                                   "to resume: their recorded sha256 would no longer match).")  # fmt: skip
+    # The directory must take files now: finding out after the episodes are generated loses them.
+    folder = os.path.dirname(os.path.abspath(train_path))
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder):
+        raise ValueError(f"cannot write {train_path}: {folder} is a file, not a directory.")
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as e:
+        raise ValueError(f"cannot write {train_path}: {folder} does not take files ({e.strerror}).") from None
     return train_path, val_path
 
 
@@ -501,7 +514,8 @@ def generate_dataset(
         episodes (worker start-up included), not of writing the files.
 
     Raises:
-        ValueError: unknown name/type, bad counts, `num_workers < 1` or a save path not ending in .npz.
+        ValueError: unknown name/type, bad counts, `num_workers < 1`, a save path not ending in .npz or in a
+            directory that does not take files (read-only, a file on the way).
         FileExistsError: a target file exists and `overwrite` is False.
         RuntimeError: a scene episode failed the table check 100 times in a row.
         Exception: whatever a worker process raised (same type and message, the worker's traceback as

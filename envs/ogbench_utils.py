@@ -74,6 +74,8 @@ import numpy as np
 import ogbench.manipspace  # noqa: F401  (registers the manipulation envs with gymnasium)
 from ogbench.relabel_utils import relabel_dataset
 
+from utils.files import non_file_kind
+
 DEFAULT_DATASET_DIR = "~/.ogbench/data"
 
 # Single-task domains: the QC paper's (plus cube-single). ogbench ships more single-task envs (puzzle-4x4,
@@ -732,7 +734,7 @@ def resolve_dataset_paths(env_name: str, dataset_path: str | None = None, datase
     Raises:
         FileNotFoundError: the chosen training file is missing (message names the file and the generator
             command), or `dataset_dir` holds neither layout.
-        ValueError: unsupported env name.
+        ValueError: unsupported env name; `dataset_path` exists but is no regular file (a directory, a device).
     """
     goal_conditioned = is_oraclerep_env(env_name)
     name = parse_oraclerep_name(env_name) if goal_conditioned else _parse_env_name(env_name)
@@ -747,10 +749,13 @@ def resolve_dataset_paths(env_name: str, dataset_path: str | None = None, datase
                 paths = list_dataset_shards(dataset_dir, dataset_name)
             except FileNotFoundError:
                 raise _missing_file_error(path, dataset_name, goal_conditioned) from None
-    if os.path.isdir(paths[0]):
+    kind = non_file_kind(paths[0])
+    if kind == "a directory":
         raise ValueError(
             f"--dataset_path={paths[0]} is a directory; pass one npz file, or the directory as --ogbench_dataset_dir."
         )
+    if kind is not None:
+        raise ValueError(f"--dataset_path={paths[0]} is {kind}, not a data file; pass one npz file.")
     if not os.path.isfile(paths[0]):
         raise _missing_file_error(paths[0], dataset_name, goal_conditioned)
     return paths

@@ -50,6 +50,7 @@ import numpy as np
 
 from envs import provenance
 from utils import seeding
+from utils.files import non_file_kind
 
 logger = logging.getLogger(__name__)
 
@@ -167,9 +168,12 @@ def resolve_dataset_path(env_name: str, dataset_path: str | None = None, dataset
 
     Raises:
         FileNotFoundError: the file does not exist (the message says where to get it and where it goes).
-        ValueError: unsupported env name.
+        ValueError: unsupported env name; the path exists but is no regular file (a directory, a device).
     """
     path = os.path.expanduser(dataset_path) if dataset_path else default_dataset_path(env_name, dataset_dir)
+    kind = non_file_kind(path)
+    if kind is not None:
+        raise ValueError(f"--dataset_path={path} is {kind}, not a data file; pass robomimic's {DATASET_FILE}.")
     if not os.path.isfile(path):
         raise _missing_file_error(path, env_name)
     return path

@@ -132,7 +132,11 @@ class RunConfig:
             ("buffer_size", self.buffer_size >= 1, "must be >= 1"),
             ("log_interval", self.log_interval >= 1, "must be >= 1"),
             ("eval_interval", self.eval_interval >= 0, "must be >= 0"),
-            ("eval_episodes", self.eval_episodes >= 0, "must be >= 0"),
+            (
+                "eval_episodes",
+                self.eval_episodes >= 1,
+                "must be >= 1 (every run evaluates at least at the end of each phase)",
+            ),
             ("eval_envs", self.eval_envs >= 1, "must be >= 1"),
             ("video_episodes", self.video_episodes >= 0, "must be >= 0"),
             ("video_frame_skip", self.video_frame_skip >= 1, "must be >= 1"),
@@ -190,10 +194,10 @@ class RunConfig:
                 raise ValueError(f"--sweep_info is not JSON: {e}") from None
             if not isinstance(info, dict):
                 raise ValueError("--sweep_info must be a JSON object.")
-        if self.run_name is not None and (
-            not self.run_name.strip() or "/" in self.run_name or os.sep in self.run_name or self.run_name in (".", "..")
-        ):
-            raise ValueError(f"--run_name={self.run_name!r} must be a plain directory name (no '/').")
+        # Both name directories under --save_dir: a '/', '..' or an absolute path would put the run elsewhere.
+        for name, value in (("run_name", self.run_name), ("run_group", self.run_group)):
+            if value is not None and (not value.strip() or "/" in value or os.sep in value or value in (".", "..")):
+                raise ValueError(f"--{name}={value!r} must be a plain directory name (no '/', not '.' or '..').")
         if os.path.exists(self.save_dir) and not os.path.isdir(self.save_dir):
             raise ValueError(f"--save_dir={self.save_dir} is a file, not a directory.")
         if self.wandb_mode == "online" and not _wandb_login_known():

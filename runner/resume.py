@@ -7,11 +7,13 @@ states, the collector, the shard in use, CSV row counts, the wandb id, `FORMAT_V
 so a half-written state is never read.
 """
 
+import csv
 import fcntl
 import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
@@ -305,6 +307,23 @@ def read_record(run_dir: str) -> Dict:
         raise ValueError(f"{path} is damaged ({type(e).__name__}: {e}); this run cannot be resumed.") from None
     if not isinstance(record, dict) or not isinstance(record.get("flags"), dict):
         raise ValueError(f"{path} is damaged (no 'flags' record); this run cannot be resumed.")
+    # What a resume compares: each part must have the shape the drivers write, or the check cannot be made.
+    shapes = {
+        "agent": (dict, None),
+        "datasets": (list, dict),
+        "dataset_history": (list, list),
+        "agent_source": (dict, None),
+        "agent_source_history": (list, dict),
+    }
+    for key, (kind, item) in shapes.items():
+        value = record.get(key, kind())
+        if not isinstance(value, kind) or (item is not None and not all(isinstance(v, item) for v in value)):
+            want = f"a JSON {'object' if kind is dict else 'list'}" + (
+                f" of {'objects' if item is dict else 'lists'}" if item is not None else ""
+            )
+            raise ValueError(
+                f"{path} is damaged ('{key}' is {json.dumps(value)[:60]}, not {want}); this run cannot be resumed."
+            )
     return record
 
 
@@ -503,12 +522,32 @@ def group_resume_states(configs: List, agents_: List, datasets: List) -> List[Op
 
 
 def check_csv_rows(run_dir: str, counts: Dict[str, int]):
-    """`ValueError` when a CSV file of `run_dir` has fewer rows than a state recorded (cut or deleted since)."""
-    now = csv_row_counts(run_dir)
+    """`ValueError` when a CSV file of `run_dir` lost rows a state recorded, or holds a broken one among them.
+
+    Each of the first `counts[name]` rows must be whole: ended by a newline, as many cells as the header,
+    and an integer `step` first (a row torn by a full disk or an editor is not counted as a row).
+    """
     for name, rows in sorted(counts.items()):
-        if now.get(name, 0) < rows:
-            what = "is missing" if name not in now else f"has {now[name]} rows"
+        path = os.path.join(run_dir, name)
+        if not os.path.exists(path):
             raise ValueError(
-                f"--resume: {os.path.join(run_dir, name)} {what}, but the run state recorded {rows}: rows were lost "
-                "since, and the finished run would lack them. Restore the file (or start the run again)."
+                f"--resume: {path} is missing, but the run state recorded {rows} rows: rows were lost since, and "
+                "the finished run would lack them. Restore the file (or start the run again)."
             )
+        with open(path, newline="") as f:
+            lines = f.readlines()
+        if len(lines) - 1 < rows:
+            raise ValueError(
+                f"--resume: {path} has {max(len(lines) - 1, 0)} rows, but the run state recorded {rows}: rows were "
+                "lost since, and the finished run would lack them. Restore the file (or start the run again)."
+            )
+        header = next(csv.reader([lines[0]]), [])
+        for number, line in enumerate(lines[1 : 1 + rows], start=1):
+            cells = next(csv.reader([line]), [])
+            whole = line.endswith("\n") and len(cells) == len(header) and re.fullmatch(r"-?\d+", cells[0] or "")
+            if not whole:
+                raise ValueError(
+                    f"--resume: {path} row {number} (of the {rows} the run state recorded) is broken: "
+                    f"{line.rstrip()[:80]!r} does not have the header's {len(header)} cells with the step first. "
+                    "Restore the file (or start the run again)."
+                )

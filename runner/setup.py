@@ -289,17 +289,21 @@ def check_memory(cfg, dataset: Dataset, example: Dict):
     batch = cfg.agent.get("batch_size", 1) * max(cfg.utd_ratio, 1) * window * row_bytes
     s = cfg.num_seeds
     eval_envs = min(cfg.eval_envs, cfg.eval_episodes) if cfg.eval_envs > 1 else 0
-    what = {
-        f"{s} agent(s)": s * agent_bytes,
-        f"{s} replay buffer(s) of {rows} rows": s * rows * row_bytes,
-        f"{s} batch(es)": s * batch,
-        f"{2 * s} envs": 2 * s * ENV_BYTES,
-        f"{eval_envs} evaluation envs": eval_envs * ENV_BYTES,
-    }
-    hint = [f"--num_seeds={s}"] if s > 1 else []
-    if rows * row_bytes > agent_bytes:
-        hint.append(f"--buffer_size={cfg.buffer_size}")
-    _raise_if_too_big(what, " ".join(hint) or "the agent's config")
+    # Each part with the flags that set its size: the error names those of the largest part.
+    parts = [
+        (f"{s} agent(s)", s * agent_bytes, "the agent's config"),
+        (f"{s} replay buffer(s) of {rows} rows", s * rows * row_bytes, f"--buffer_size={cfg.buffer_size}"),
+        (
+            f"{s} batch(es)",
+            s * batch,
+            f"--agent.batch_size={cfg.agent.get('batch_size')} --utd_ratio={cfg.utd_ratio} --horizon_length={window}",
+        ),
+        (f"{2 * s} envs", 2 * s * ENV_BYTES, ""),
+        (f"{eval_envs} evaluation envs", eval_envs * ENV_BYTES, f"--eval_envs={cfg.eval_envs}"),
+    ]
+    largest = max(parts, key=lambda part: part[1])[2]
+    hint = " ".join(([f"--num_seeds={s}"] if s > 1 else []) + ([largest] if largest else []))
+    _raise_if_too_big({name: size for name, size, _ in parts}, hint or f"--num_seeds={s}")
 
 
 def check_goal_conditioning(spec, env_data, env_name: str):

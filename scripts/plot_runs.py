@@ -374,29 +374,45 @@ def find_run_dirs(arguments: Sequence[str]) -> List[str]:
     return list(found)
 
 
+def read_csv_rows(path: str) -> Tuple[List[str], List[Tuple[int, Dict[str, str]]]]:
+    """The header and `(line, row)` of every row of a CSV file; `([], [])` for an empty file.
+
+    Raises:
+        InputError: naming the file and line: an unreadable file, a row with more or fewer cells than the
+            header (torn by a full disk or an editor: never read as an empty cell).
+    """
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            rows = []
+            for line, row in enumerate(reader, start=2):
+                missing = sum(value is None for key, value in row.items() if key is not None)
+                if missing or None in row:
+                    cells = len(reader.fieldnames) - missing + len(row.get(None) or ())
+                    raise InputError(
+                        f"{path}:{line}: a broken row: {cells} cells where the header has {len(reader.fieldnames)}"
+                    )
+                rows.append((line, row))
+            return list(reader.fieldnames or []), rows
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise InputError(f"{path}: unreadable: {e}") from None
+
+
 def read_eval_csv(path: str) -> List[Tuple[int, float]]:
     """`(step, success)` of every row of an `eval.csv`, NaN where the success cell is empty or NaN; `[]` for
     an empty file.
 
     Raises:
-        InputError: naming the file (and line): an unreadable file, no `step` or `success` column, a
-            value `parse_value` refuses, steps that repeat or go backwards.
+        InputError: naming the file (and line): an unreadable file or broken row (`read_csv_rows`), no
+            `step` or `success` column, a value `parse_value` refuses, steps that repeat or go backwards.
     """
-    try:
-        with open(path, newline="") as f:
-            reader = csv.DictReader(f)
-            if reader.fieldnames is None:
-                return []  # an empty file: the run has not logged its first evaluation yet
-            fields = reader.fieldnames
-            if "step" not in fields or "success" not in fields:
-                raise InputError(f"{path}: unreadable eval.csv: no 'step' and 'success' columns (header: {fields})")
-            rows, lines = [], []
-            for line, row in enumerate(reader, start=2):
-                rows.append(parse_value(f"{path}:{line}", row["step"], row["success"]))
-                lines.append(line)
-    except (OSError, UnicodeDecodeError, csv.Error) as e:
-        raise InputError(f"{path}: unreadable eval.csv: {e}") from None
-    check_steps(path, [step for step, _ in rows], lines)
+    fields, lines_rows = read_csv_rows(path)
+    if not fields:
+        return []  # an empty file: the run has not logged its first evaluation yet
+    if "step" not in fields or "success" not in fields:
+        raise InputError(f"{path}: unreadable eval.csv: no 'step' and 'success' columns (header: {fields})")
+    rows = [parse_value(f"{path}:{line}", row["step"], row["success"]) for line, row in lines_rows]
+    check_steps(path, [step for step, _ in rows], [line for line, _ in lines_rows])
     return rows
 
 
@@ -432,8 +448,7 @@ def cut_runs(run: Run, path: str) -> List[Run]:
     """The evaluations of `run` that executed only the first `n` actions of each chunk (`ac<n>/success`
     columns of its eval.csv, `--action_chunk_eval_sizes`), one `Run` each: labelled with the paper's name
     for them where its method has one (the DQC release's "DQC-naive h=25 h_a=5"), else `<label> first n`."""
-    with open(os.path.join(path, "eval.csv"), newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = [row for _, row in read_csv_rows(os.path.join(path, "eval.csv"))[1]]
     columns = {int(m[1]): c for c in (rows[0].keys() if rows else ()) if (m := _CUT_RE.match(c))}
     spec = agents.REGISTRY.get(run_agent_name(path))
     entry = None

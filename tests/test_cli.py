@@ -178,7 +178,12 @@ def test_bad_agent_value_names_the_key(monkeypatch, capsys, driver, key, value):
         ("main", ["--buffer_size=0"], "--buffer_size=0 must be >= 1"),
         ("main", ["--log_interval=0"], "--log_interval=0 must be >= 1"),
         ("main", ["--eval_interval=-1"], "--eval_interval=-1 must be >= 0"),
-        ("main", ["--eval_episodes=-1"], "--eval_episodes=-1 must be >= 0"),
+        ("main", ["--eval_episodes=0"], "--eval_episodes=0 must be >= 1"),
+        # Names of directories under --save_dir: nothing that points elsewhere.
+        ("main", ["--run_group=/tmp/elsewhere"], "--run_group='/tmp/elsewhere' must be a plain directory name"),
+        ("main", ["--run_group=.."], "--run_group='..' must be a plain directory name"),
+        ("main", ["--run_group=a/../../b"], "--run_group='a/../../b' must be a plain directory name"),
+        ("main", ["--run_name=a/b"], "--run_name='a/b' must be a plain directory name"),
         ("main", ["--video_episodes=-1"], "--video_episodes=-1 must be >= 0"),
         ("main", ["--video_frame_skip=0"], "--video_frame_skip=0 must be >= 1"),
         ("main", ["--start_training=-1"], "--start_training=-1 must be >= 0"),

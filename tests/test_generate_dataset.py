@@ -138,6 +138,15 @@ def test_generator_refuses_to_overwrite_and_checks_names(cube_file, tmp_path):
         generate_dataset("antmaze-large-navigate-v0", num_episodes=1, save_path=str(tmp_path / "x.npz"))
     with pytest.raises(ValueError, match=r"must end in \.npz"):
         generate_dataset("cube-single-play-v0", num_episodes=1, save_path=str(tmp_path / "x.h5"))
+    # Where no file can be written, before any episode: a file on the way, a directory, a read-only place.
+    (tmp_path / "notes.txt").write_text("")
+    with pytest.raises(ValueError, match=r"notes.txt is a file, not a directory"):
+        generate_dataset("cube-single-play-v0", num_episodes=1, save_path=str(tmp_path / "notes.txt" / "d" / "x.npz"))
+    (tmp_path / "y.npz").mkdir()
+    with pytest.raises(ValueError, match=r"y.npz is a directory"):
+        generate_dataset("cube-single-play-v0", num_episodes=1, save_path=str(tmp_path / "y.npz"))
+    with pytest.raises(ValueError, match=r"cannot write /sys/x.npz: /sys does not take files"):
+        generate_dataset("cube-single-play-v0", num_episodes=1, save_path="/sys/x.npz")
 
 
 # ---- worker processes (--num_workers) --------------------------------------------------------------
@@ -459,6 +468,12 @@ def test_a_run_needs_only_the_training_file(cube_file, tmp_path, monkeypatch):
     ]:
         assert ogbench_utils.resolve_dataset_paths(CUBE_ENV, **kwargs) == paths, kwargs
         assert ogbench_utils.existing_val_path(paths) is None
+    # A path that exists but is no file says what it is, not "not found".
+    fifo = str(tmp_path / "pipe.npz")
+    os.mkfifo(fifo)
+    for path, kind in [("/dev/null", "a character device"), (fifo, "a named pipe"), (str(shards), "a directory")]:
+        with pytest.raises(ValueError, match=rf"--dataset_path={path} is {kind}"):
+            ogbench_utils.resolve_dataset_paths(CUBE_ENV, dataset_path=path)
     out = make_env_and_datasets(CUBE_ENV, load_val=True)  # asks for the val file, runs without it
     assert out.val_dataset is None and len(out.train_dataset["rewards"]) == 2 * (STEPS - 1)
     out.env.close()

@@ -433,6 +433,9 @@ def _bad_input(case, sweep, tmp_path):
         "infinite_success": ("12000,inf,0,0\n", "success 'inf' at step 12000 is not a success rate in [0, 1]"),
         "empty_step": (",0.5,0,0\n", "step must be a whole number >= 0, got ''"),
         "fractional_step": ("12000.5,0.5,0,0\n", "step must be a whole number >= 0, got '12000.5'"),
+        # A row torn by a full disk is broken, not read as empty (NaN) cells.
+        "torn_row": ("12000,0.5\n", "a broken row: 2 cells where the header has 4"),
+        "long_row": ("12000,0.5,0,0,1\n", "a broken row: 5 cells where the header has 4"),
     }
     if case in rows:
         row, message = rows[case]
@@ -484,6 +487,8 @@ BAD_INPUTS = [
     "infinite_success",
     "empty_step",
     "fractional_step",
+    "torn_row",
+    "long_row",
     "flags_json_unreadable",
     "flags_json_not_an_object",
     "no_agent_record",

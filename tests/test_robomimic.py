@@ -226,6 +226,9 @@ def test_env_metadata_and_paths(lift_file, tmp_path, monkeypatch):
     assert ru.default_dataset_path("can-mh-low_dim") == str(tmp_path / "home/.robomimic/can/mh/low_dim_v15.hdf5")
     assert ru.resolve_dataset_path("lift-mh-low_dim", dataset_dir=str(tmp_path)) == lift_file
     assert ru.resolve_dataset_path("square-ph-low_dim", dataset_path=lift_file) == lift_file  # explicit wins
+    for path, kind in [("/dev/null", "a character device"), (str(tmp_path), "a directory")]:
+        with pytest.raises(ValueError, match=rf"--dataset_path={path} is {kind}, not a data file"):
+            ru.resolve_dataset_path("lift-mh-low_dim", dataset_path=path)
 
 
 def test_missing_file_says_where_to_get_it(tmp_path):

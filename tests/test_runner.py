@@ -188,7 +188,12 @@ def test_dataset_must_fit_the_env():
         (["--num_seeds=100000"], r"--num_seeds=100000 .*: this run needs about .* GiB \(200000 training"),
         (["--num_seeds=4294967296"], r"--num_seeds=4294967296 .*: this run needs about"),  # seeds 0 .. 2**32 - 1
         (["--agent.actor_hidden_dims=(100000,100000,100000)"], r"the agent's config: this run needs about"),
-        (["--agent.batch_size=1000000000"], r"1 batch\(es\) \d+"),
+        # The flags of the largest part are named, not another's.
+        (
+            ["--agent.batch_size=1000000000"],
+            r"^--agent.batch_size=1000000000 --utd_ratio=1 --horizon_length=5: .*1 batch",
+        ),
+        (["--utd_ratio=100000000", "--agent.batch_size=256"], r"^--agent.batch_size=256 --utd_ratio=100000000 "),
         (["--eval_envs=1000000", "--eval_episodes=1000000"], r"--eval_envs=1000000: this run needs"),
     ],
 )
@@ -362,6 +367,17 @@ def test_a_damaged_flags_json_is_named(monkeypatch, tmp_path):
         f.write('{"flags": {"se')
     with pytest.raises(ValueError, match=r"Debug/r/flags.json is damaged"):
         resume.check_runs([_resume(monkeypatch, tmp_path)])
+    # Valid JSON with parts of the wrong shape: the file is named, not a traceback from the comparison.
+    for key, value, want in [
+        ("agent", '"x"', "a JSON object"),
+        ("datasets", "5", "a JSON list of objects"),
+        ("datasets", "[1]", "a JSON list of objects"),
+        ("agent_source", "[]", "a JSON object"),
+    ]:
+        with open(os.path.join(run_dir, "flags.json"), "w") as f:
+            f.write(f'{{"flags": {{}}, "{key}": {value}}}')
+        with pytest.raises(ValueError, match=rf"flags.json is damaged \('{key}' is .*, not {want}\)"):
+            resume.check_runs([_resume(monkeypatch, tmp_path)])
 
 
 def test_changed_data_is_refused_unless_accepted_and_then_both_records_are_kept(tmp_path):
@@ -396,6 +412,13 @@ def test_rows_lost_since_the_state_are_refused(tmp_path):
     with pytest.raises(ValueError, match=r"env.csv is missing, but the run state recorded 4"):
         resume.check_csv_rows(str(tmp_path), {"eval.csv": 1, "env.csv": 4})
     resume.check_csv_rows(str(tmp_path), {"eval.csv": 1})  # more rows than recorded are cut, not refused
+    # A row torn by a full disk (no newline), cut short or without a step is broken, not a row.
+    for torn, number in [("3,0.0\r\n6,0.", 2), ("3,0.0\n6\n", 2), ("x,0.0\n6,1.0\n", 1)]:
+        (tmp_path / "eval.csv").write_text("step,success\n" + torn)
+        with pytest.raises(ValueError, match=rf"eval.csv row {number} \(of the 2 the run state recorded\) is broken"):
+            resume.check_csv_rows(str(tmp_path), {"eval.csv": 2})
+    (tmp_path / "eval.csv").write_text("step,success\r\n3,0.0\r\n6,\r\n9,0.")  # as CsvLogger writes; 3rd torn
+    resume.check_csv_rows(str(tmp_path), {"eval.csv": 2})
 
 
 def test_json_records_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
@@ -411,6 +434,24 @@ def test_json_records_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="No space"):
         log_utils.write_json(path, {"a": 2})
     assert json.loads(open(path).read()) == {"a": 1} and os.listdir(tmp_path) == ["flags.json"]
+
+
+def test_records_get_the_mode_open_would_give(tmp_path):
+    """Not the owner-only mode of a temporary file: others on the cluster read the results."""
+    from utils.files import atomic_write
+
+    old = os.umask(0o022)
+    try:
+        atomic_write(str(tmp_path / "a.json"), "{}")
+        assert os.stat(tmp_path / "a.json").st_mode & 0o777 == 0o644
+        os.umask(0o002)
+        atomic_write(str(tmp_path / "b.csv"), b"step\n")
+        assert os.stat(tmp_path / "b.csv").st_mode & 0o777 == 0o664
+        os.chmod(tmp_path / "b.csv", 0o640)  # a replaced file keeps its mode
+        atomic_write(str(tmp_path / "b.csv"), b"step\n1\n")
+        assert os.stat(tmp_path / "b.csv").st_mode & 0o777 == 0o640
+    finally:
+        os.umask(old)
 
 
 def test_a_damaged_complete_state_falls_back_and_the_run_dir_is_locked(tmp_path):

@@ -1,6 +1,7 @@
 """Files that later processes read are written whole or not at all."""
 
 import os
+import stat
 import tempfile
 from typing import Union
 
@@ -9,11 +10,20 @@ def atomic_write(path: str, data: Union[str, bytes]):
     """Write `data` to `path` so that a reader sees the old file or the whole new one, never a part.
 
     The data go to a temporary file in the same directory, are flushed to disk, and replace `path`
-    (`os.replace`); a full disk or a crash leaves the old file (or none) and no half-written one.
+    (`os.replace`); a full disk or a crash leaves the old file (or none) and no half-written one. The file
+    keeps the mode of the one it replaces, else gets what `open` would give (0o666 less the umask), not
+    the owner-only mode of a temporary file: others on a shared cluster read the results.
     """
     directory = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(path):
+        mode = os.stat(path).st_mode & 0o7777
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
             f.write(data)
             f.flush()
@@ -22,3 +32,19 @@ def atomic_write(path: str, data: Union[str, bytes]):
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def non_file_kind(path: str) -> Union[str, None]:
+    """What `path` is when it exists but is no regular file ('a directory', 'a character device', ...), else None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    kinds = [
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISSOCK, "a socket"),
+    ]
+    return next((name for test, name in kinds if test(mode)), None)
