@@ -214,6 +214,14 @@ class RunConfig:
             given = parse_eval_values(getattr(self, name), name)
             if name == "best_of_n_eval_values" and given != [0] and "best_of_n" not in _parameters(spec):
                 raise ValueError(f"--{name}: the {spec.name} agent has no best_of_n override (its sample_actions).")
+        chunk = executed_chunk(self.agent)
+        uncut = sorted({n for n in parse_eval_values(self.action_chunk_eval_sizes, "") if n >= chunk})
+        if uncut:  # as the DQC release: a cut as long as the chunk is the default evaluation
+            logging.warning(
+                "--action_chunk_eval_sizes=%s: %s not shorter than the policy's chunk of %d action(s); no ac<n> "
+                "evaluation is run for %s.",
+                self.action_chunk_eval_sizes, ",".join(map(str, uncut)), chunk, "it" if len(uncut) == 1 else "them",
+            )  # fmt: skip
 
 
 def _apply_method(driver: str, flag_values, values: Dict, config: Dict) -> Dict:
@@ -260,6 +268,13 @@ def parse_eval_values(text: str, name: str) -> List[int]:
     if not values or min(values) < 0:
         raise ValueError(f"--{name}={text} must be comma-separated ints >= 0 (0: the default), e.g. 0,1,5.")
     return values
+
+
+def executed_chunk(agent_config: Dict) -> int:
+    """Actions the policy executes per call: DQC's `policy_chunk_size`, else `horizon_length` when chunking, else 1."""
+    if agent_config.get("policy_chunk_size"):
+        return int(agent_config["policy_chunk_size"])
+    return int(agent_config.get("horizon_length") or 1) if agent_config.get("action_chunking") else 1
 
 
 def _parameters(spec) -> List[str]:

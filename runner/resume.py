@@ -366,15 +366,16 @@ def check_runs(configs: List) -> List[Optional[Dict]]:
     """Before anything is loaded, for `--resume`: each run's `flags.json` record (None: start it fresh).
 
     Every run directory is locked for this process's life. Raises `ValueError` for a run that does not
-    exist (unless `--start_if_missing`), a damaged `flags.json`, other settings than the run's (finished
-    runs too), or a seed group of which only some runs have finished; `RunFinished` when every run has
-    finished with these settings.
+    exist (unless `--start_if_missing`, and never where a seed group of its name exists), a damaged
+    `flags.json`, other settings than the run's (finished runs too), or a seed group of which only some
+    runs have finished; `RunFinished` when every run has finished with these settings.
     """
     records, finished = [], []
     for cfg in configs:
         run_dir = run_dir_of(cfg)
         if not os.path.isfile(os.path.join(run_dir, "flags.json")):
-            if not cfg.start_if_missing:
+            # A seed group's members exist: a new single run beside them would be a second run of a seed.
+            if not cfg.start_if_missing or _group_hint(cfg):
                 raise ValueError(
                     f"--resume: there is no run {run_dir} (check --save_dir, --run_group and --run_name"
                     f"{_group_hint(cfg)}); pass --start_if_missing to start it when it does not exist."

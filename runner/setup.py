@@ -614,12 +614,11 @@ def evaluate_and_log(
     (`bfn<N>/...`), as the DQC release's `evaluation-ac-<n>` and `-bfn<N>`. Returns the stats (`success`
     is the success rate of the default evaluation).
     """
-    from runner.config import parse_eval_values
+    from runner.config import executed_chunk, parse_eval_values
 
-    config = agent.config
-    chunk = config.get("policy_chunk_size") or (config.get("horizon_length") if config.get("action_chunking") else 1)
+    chunk = executed_chunk(agent.config)
     # The default evaluation first, then each cut shorter than a chunk (the release skips the others) and each N.
-    sizes = [0] + [n for n in parse_eval_values(cfg.action_chunk_eval_sizes, "x") if 0 < n < (chunk or 1)]
+    sizes = [0] + [n for n in parse_eval_values(cfg.action_chunk_eval_sizes, "x") if 0 < n < chunk]
     samples = [0] + [n for n in parse_eval_values(cfg.best_of_n_eval_values, "x") if n > 0]
     start = time.time()
     row, first = {}, None

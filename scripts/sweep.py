@@ -135,9 +135,16 @@ def split_values(text: str) -> List[str]:
     values = [v.strip() for v in values]
     if any(not v for v in values):
         raise InputError(f"empty value in the grid values {text!r}")
-    repeated = sorted({v for v in values if values.count(v) > 1})
-    if repeated:
-        raise InputError(f"the grid values {text!r} list {repeated[0]!r} twice")
+    # The same value spelled twice (8 and 08, 3e-4 and 0.0003, True and true) would launch one run twice.
+    seen = {}
+    for v in values:
+        same = typed(v)
+        same = re.sub(r"\s+", "", same) if isinstance(same, str) else same
+        if same in seen:
+            if seen[same] == v:
+                raise InputError(f"the grid values {text!r} list {v!r} twice")
+            raise InputError(f"the grid values {text!r} list one value twice: {seen[same]!r} and {v!r}")
+        seen[same] = v
     return values
 
 

@@ -91,6 +91,18 @@ def test_an_online_phase_that_never_updates_is_a_warning(monkeypatch, caplog):
     assert "first online update" not in caplog.text
 
 
+def test_chunk_cuts_not_shorter_than_the_chunk_are_a_warning(monkeypatch, caplog):
+    base = ["--env_name=cube-single-play-singletask-task1-v0", "--horizon_length=5"]
+    with caplog.at_level(logging.WARNING):
+        parse(monkeypatch, "main", *base, "--action_chunk_eval_sizes=0,1,5,7")
+    assert "--action_chunk_eval_sizes=0,1,5,7: 5,7 not shorter than the policy's chunk of 5 action(s)" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        parse(monkeypatch, "main", *base, "--action_chunk_eval_sizes=1,4")
+        parse(monkeypatch, "main", *base, "--action_chunk_eval_sizes=1", "--noagent.action_chunking")
+    assert "not shorter than the policy's chunk of 1 action(s)" in caplog.text and "1,4" not in caplog.text
+
+
 class _NoGL:
     def render(self):
         raise RuntimeError("an OpenGL platform library has not been loaded into this process")
@@ -351,6 +363,10 @@ def test_a_resume_that_finds_no_run_is_an_error_unless_asked_to_start(monkeypatc
         os.makedirs(tmp_path / "Debug" / f"g_sd{seed}")
     with pytest.raises(ValueError, match=r"g_sd0, g_sd1 exist: resume the seed group with --num_seeds=2"):
         resume.check_runs([parse(monkeypatch, "main", f"--save_dir={tmp_path}", "--run_name=g", "--resume")])
+    # ... and "start if missing" does not start a single run of the group's name beside it.
+    group = ["main", f"--save_dir={tmp_path}", "--run_name=g", "--resume", "--start_if_missing"]
+    with pytest.raises(ValueError, match=r"g_sd0, g_sd1 exist: resume the seed group with --num_seeds=2"):
+        resume.check_runs([parse(monkeypatch, *group)])
 
 
 def test_start_if_missing_and_accept_changed_data_need_resume(monkeypatch, capsys):

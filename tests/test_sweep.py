@@ -158,6 +158,11 @@ def test_run_names_are_sanitized_and_unique(capsys):
         (["--grid=horizon_length"], "the form is --grid=KEY=V1,V2"),
         (["--grid=horizon_length=1,(5"], "unbalanced brackets"),
         (["--grid=horizon_length=1,1"], "twice"),
+        # One value spelled twice would launch the same run twice.
+        (["--grid=horizon_length=8,08"], "list one value twice: '8' and '08'"),
+        (["--grid=agent.lr=0.0003,3e-4"], "list one value twice: '0.0003' and '3e-4'"),
+        (["--grid=agent.layer_norm=True,true"], "list one value twice: 'True' and 'true'"),
+        (["--grid=agent.actor_hidden_dims=(256,256);(256, 256)"], "list one value twice: '(256,256)' and '(256, 256)'"),
         (["--grid=horizon_length=1", "--grid=horizon_length=5"], "given twice"),
         (["--grid=seed=1,2"], "use --seeds"),
         (["--grid=hrizon_length=1,5"], "main.py has no flag --hrizon_length"),
