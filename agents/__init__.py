@@ -20,13 +20,28 @@ _NOT_AGENTS = ("common",)
 REGISTRY: Dict[str, AgentSpec] = {}
 # Where each agent's get_config() lives: the default of the drivers' --agent flag.
 CONFIG_FILES: Dict[str, str] = {}
+# Files of agents/ that could not be registered, {path: why} (a syntax error, a name another file has),
+# and names two files claim (no run may use them until one is renamed).
+PROBLEMS: Dict[str, str] = {}
+CLASHES: Dict[str, List[str]] = {}
 
 
 def register(spec: AgentSpec, config_file: Optional[str] = None) -> AgentSpec:
-    """Add `spec` under `spec.name` (a later registration of the same name replaces it); returns it.
+    """Add `spec` under `spec.name`; returns it. Registering the same file again (or without a file, as a
+    test does) replaces the entry.
 
-    Raises `ValueError` when one of its methods is another agent's (a copied agent file that kept them).
+    Raises `ValueError` when another file already defines an agent of that name (a copied agent file
+    that kept its name: which one ran would depend on the order of loading), or when one of its methods
+    is another agent's (a copied agent file that kept them).
     """
+    path = os.path.abspath(config_file) if config_file is not None else None
+    known = CONFIG_FILES.get(spec.name)
+    if path is not None and known is not None and os.path.realpath(known) != os.path.realpath(path):
+        CLASHES[spec.name] = [known, path]
+        raise ValueError(
+            f"two files define agent {spec.name!r}: {known} and {path}; give the new one its own name (SPEC "
+            "name= and get_config()'s agent_name): agents/README.md."
+        )
     for other in REGISTRY.values():
         shared = sorted(set(other.methods) & set(spec.methods))
         if other.name != spec.name and shared:
@@ -44,10 +59,14 @@ def _discover():
     for info in sorted(pkgutil.iter_modules([_DIR]), key=lambda m: m.name):
         if info.name.startswith("_") or info.name in _NOT_AGENTS:
             continue
-        module = importlib.import_module(f"agents.{info.name}")
-        spec = getattr(module, "SPEC", None)
-        if isinstance(spec, AgentSpec):
-            register(spec, module.__file__)
+        path = os.path.join(_DIR, f"{info.name}.py")
+        try:  # a half-edited copy must not stop every run: it is named when asked for (`get`) and warned of
+            module = importlib.import_module(f"agents.{info.name}")
+            spec = getattr(module, "SPEC", None)
+            if isinstance(spec, AgentSpec):
+                register(spec, module.__file__)
+        except Exception as e:  # noqa: BLE001 - whatever the file raises is reported, naming the file
+            PROBLEMS[path] = f"{type(e).__name__}: {e}"
 
 
 def load_file(path: str) -> Optional[AgentSpec]:
@@ -57,14 +76,19 @@ def load_file(path: str) -> Optional[AgentSpec]:
     Returns the spec, or None for a config file without one (a plain `get_config()` file).
     """
     path = os.path.abspath(os.path.expanduser(path))
-    if os.path.dirname(path) == _DIR:
-        module = importlib.import_module(f"agents.{os.path.splitext(os.path.basename(path))[0]}")
-    else:
-        name = f"_qc_agent_{abs(hash(path))}"
-        spec_ = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec_)
-        sys.modules[name] = module  # as an import would: inspect and the agent's source record find it
-        spec_.loader.exec_module(module)
+    if path in PROBLEMS:
+        raise ValueError(f"--agent={path} cannot be loaded ({PROBLEMS[path]}).")
+    try:
+        if os.path.dirname(path) == _DIR:
+            module = importlib.import_module(f"agents.{os.path.splitext(os.path.basename(path))[0]}")
+        else:
+            name = f"_qc_agent_{abs(hash(path))}"
+            spec_ = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec_)
+            sys.modules[name] = module  # as an import would: inspect and the agent's source record find it
+            spec_.loader.exec_module(module)
+    except Exception as e:  # noqa: BLE001 - whatever the file raises is reported, naming the file
+        raise ValueError(f"--agent={path} cannot be loaded ({type(e).__name__}: {e}).") from None
     spec = getattr(module, "SPEC", None)
     return register(spec, path) if isinstance(spec, AgentSpec) else None
 
@@ -74,11 +98,19 @@ def names() -> List[str]:
 
 
 def get(name: str) -> AgentSpec:
-    """The spec of agent `name`; `ValueError` naming the known agents for another name."""
+    """The spec of agent `name`; `ValueError` naming the known agents for another name (and the files of
+    agents/ that could not be loaded), or both files when two define `name`."""
+    if name in CLASHES:
+        first, second = CLASHES[name]
+        raise ValueError(
+            f"two files define agent {name!r}: {first} and {second}; give the new one its own name (SPEC name= "
+            "and get_config()'s agent_name): agents/README.md."
+        )
     if name not in REGISTRY:
+        broken = "".join(f"; {path} could not be loaded ({why})" for path, why in sorted(PROBLEMS.items()))
         raise ValueError(
             f"--agent.agent_name={name!r} is not one of {names()} (an agent outside agents/ is loaded with "
-            "--agent=path/to/its_file.py)."
+            f"--agent=path/to/its_file.py){broken}."
         )
     return REGISTRY[name]
 

@@ -469,6 +469,26 @@ def check_targets(env_name: str, save_path: str | None, dataset_type: str | None
     return train_path, val_path
 
 
+def check_settings(name, num_episodes, num_val_episodes, max_episode_steps, seed, num_workers, noise, p_random_action):
+    """`(num_episodes, num_val_episodes)` with their defaults filled in; `ValueError` naming the first bad value."""
+    num_episodes = PUBLISHED_NUM_EPISODES[name.domain] if num_episodes is None else num_episodes
+    num_val_episodes = max(1, num_episodes // 10) if num_val_episodes is None else num_val_episodes
+    checks = [
+        ("num_episodes", num_episodes, num_episodes >= 1, ">= 1"),
+        ("num_val_episodes", num_val_episodes, num_val_episodes >= 1, ">= 1"),
+        ("max_episode_steps", max_episode_steps, max_episode_steps >= 2, ">= 2 (one transition)"),
+        ("seed", seed, 0 <= seed < 2**32, "in [0, 2**32)"),
+        ("noise", noise, noise >= 0, ">= 0"),
+        ("p_random_action", p_random_action, p_random_action is None or 0 <= p_random_action <= 1, "in [0, 1]"),
+    ]
+    for flag, value, ok, want in checks:
+        if not ok:
+            raise ValueError(f"--{flag}={value} must be {want}.")
+    if isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) or num_workers < 1:
+        raise ValueError(f"--num_workers={num_workers!r} must be an integer >= 1.")
+    return num_episodes, num_val_episodes
+
+
 def generate_dataset(
     env_name: str,
     num_episodes: int | None = None,
@@ -522,15 +542,9 @@ def generate_dataset(
             `__cause__`); `BrokenProcessPool` if a worker process died. No file is written then.
     """
     name = resolve_dataset_name(env_name, dataset_type)
-    num_episodes = PUBLISHED_NUM_EPISODES[name.domain] if num_episodes is None else num_episodes
-    num_val_episodes = max(1, num_episodes // 10) if num_val_episodes is None else num_val_episodes
-    if num_episodes < 1 or num_val_episodes < 1 or max_episode_steps < 2:
-        raise ValueError(
-            f"Need num_episodes >= 1, num_val_episodes >= 1, max_episode_steps >= 2; got "
-            f"{num_episodes}, {num_val_episodes}, {max_episode_steps}."
-        )
-    if isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) or num_workers < 1:
-        raise ValueError(f"num_workers must be an integer >= 1, got {num_workers!r}.")
+    num_episodes, num_val_episodes = check_settings(
+        name, num_episodes, num_val_episodes, max_episode_steps, seed, num_workers, noise, p_random_action
+    )
     if p_random_action is None:
         noisy_p = 0.2 if name.domain.startswith("puzzle") else 0.1
         p_random_action = 0.0 if name.dataset_type == "play" else noisy_p
@@ -585,7 +599,9 @@ def main(_):
     quiet_startup()
     f = flags.FLAGS
     try:
-        resolve_dataset_name(f.env_name, f.dataset_type)  # e.g. humanoidmaze: one line naming the download
+        name = resolve_dataset_name(f.env_name, f.dataset_type)  # e.g. humanoidmaze: one line naming the download
+        check_settings(name, f.num_episodes, f.num_val_episodes, f.max_episode_steps, f.seed, f.num_workers, f.noise,
+                       f.p_random_action)  # fmt: skip
         check_targets(f.env_name, f.save_path, f.dataset_type, f.overwrite)
     except (ValueError, FileExistsError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -111,6 +111,8 @@ def _unknown_agent_key_message(argv: List[str], driver: str) -> Optional[str]:
         own = _load_get_config(_agent_file(argv, driver))
     except Exception:  # noqa: BLE001 - the config file itself is broken: let absl's message stand
         return None
+    if not hasattr(own, "get"):
+        return None  # get_config() returned no config: parse_flags says so
     own_name = own.get("agent_name", "this")
     for arg in argv[1:]:
         m = re.match(r"^--?(?:no)?agent\.([A-Za-z0-9_]+)", arg)
@@ -189,7 +191,13 @@ def parse_flags(argv: List[str], driver: str, flag_values=FLAGS) -> List[str]:
             raise
         exit_with_error(config_flag_message(e, argv, driver))
     try:  # ml_collections defers a config file that failed to load to its first use: use it now
-        flag_values.agent.to_dict()
+        config = flag_values.agent
+        if not hasattr(config, "to_dict"):
+            exit_with_error(
+                f"--agent={_agent_file(argv, driver)}: its get_config() returned {type(config).__name__}, not an "
+                "ml_collections.ConfigDict."
+            )
+        config.to_dict()
     except Exception as e:  # noqa: BLE001
         if os.environ.get("QC_DEBUG"):
             raise

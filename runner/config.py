@@ -73,9 +73,16 @@ class RunConfig:
                 for f in flag_values.get_flags_for_module("runner.flags")
                 if not f.name.startswith("agent")
             }
-            values["agent_file"] = os.path.abspath(flag_values["agent"].config_filename)
-            if agents.REGISTRY.get(flag_values.agent.get("agent_name")) is None:
-                agents.load_file(values["agent_file"])  # an agent outside agents/ registers itself
+            # `--save_dir=~/x` reaches us with the '~' (the shell expands it only at a word's start): every
+            # path flag is expanded here once, so no part of the run goes to a literal './~' directory.
+            for name in ("save_dir", "dataset_path", "ogbench_dataset_dir"):
+                if values.get(name):
+                    values[name] = os.path.expanduser(values[name])
+            values["agent_file"] = os.path.abspath(os.path.expanduser(flag_values["agent"].config_filename))
+            for path, why in sorted(agents.PROBLEMS.items()):
+                logging.warning("%s is not loaded (%s); runs of the agent it defines are refused.", path, why)
+            # An agent outside agents/ registers itself; a file that defines a registered name again is refused.
+            agents.load_file(values["agent_file"])
             config = flag_values.agent.copy_and_resolve_references().to_dict()
             # --agent.horizon_length alone counts as --horizon_length; both must agree.
             agent_h, flag_h = config.get("horizon_length"), flag_values.horizon_length

@@ -21,6 +21,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from log_utils import WANDB_PREFIXES
 from utils.flax_utils import restore_agent, save_agent
 
 FORMAT_VERSION = 1
@@ -193,24 +194,25 @@ def release_run_dirs():
         os.close(_LOCKS.pop())
 
 
+def _run_csvs(run_dir: str) -> List[str]:
+    """The CSV files the drivers write in `run_dir` (`log_utils.WANDB_PREFIXES`): never a user's own file."""
+    return [f"{p}.csv" for p in sorted(WANDB_PREFIXES) if os.path.isfile(os.path.join(run_dir, f"{p}.csv"))]
+
+
 def csv_row_counts(run_dir: str) -> Dict[str, int]:
-    """Data rows of every `*.csv` in `run_dir` (the header excluded)."""
+    """Data rows of every CSV file the run writes in `run_dir` (the header excluded)."""
     counts = {}
-    for name in sorted(os.listdir(run_dir)):
-        if name.endswith(".csv"):
-            with open(os.path.join(run_dir, name)) as f:
-                counts[name] = max(sum(1 for _ in f) - 1, 0)
+    for name in _run_csvs(run_dir):
+        with open(os.path.join(run_dir, name)) as f:
+            counts[name] = max(sum(1 for _ in f) - 1, 0)
     return counts
 
 
 def truncate_csvs(run_dir: str, counts: Dict[str, int]):
-    """Drop the rows written after a state: keep the header and the first `counts[name]` rows of each CSV.
-
-    A CSV file the state does not know (created after it) is removed.
+    """Drop the rows written after a state: keep the header and the first `counts[name]` rows of each CSV
+    the run writes. One the state does not know (created after it) is removed; other files are left alone.
     """
-    for name in sorted(os.listdir(run_dir)):
-        if not name.endswith(".csv"):
-            continue
+    for name in _run_csvs(run_dir):
         path = os.path.join(run_dir, name)
         if name not in counts:
             os.remove(path)

@@ -140,6 +140,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "runs",
         nargs="*",
+        type=os.path.expanduser,  # '~' is expanded here too: a quoted glob reaches us as written
         metavar="RUN_DIR_OR_GLOB",
         help="Run directories (with flags.json and eval.csv), directories to search recursively for them "
         "(e.g. a sweep's group directory exp/GROUP), or globs (quoted or not).",
@@ -147,6 +148,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--out_dir",
         default="plots",
+        type=os.path.expanduser,
         help="Directory for curves.png, curves.pdf, table.md, curves.csv (default: %(default)s).",
     )
     parser.add_argument(

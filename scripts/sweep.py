@@ -517,7 +517,12 @@ def make_parser() -> argparse.ArgumentParser:
         help="Name of the sweep: the runs' --run_group (wandb group) and directory <save_dir>/<sweep_name>/. "
         "Default: sweep_<timestamp>; give the same name again to resume a sweep.",
     )
-    add("--save_dir", default="exp/", help="Root directory of the runs' outputs, passed to every run (default: exp/).")
+    add(
+        "--save_dir",
+        default="exp/",
+        type=os.path.expanduser,
+        help="Root directory of the runs' outputs, passed to every run (default: exp/).",
+    )
     add("--executor", choices=("local", "slurm"), default="local", help="Where the runs execute (default: local).")
     add("--dry_run", action="store_true", help="Print each run's command (one a line, shell-quoted) and exit.")
     add(

@@ -225,6 +225,14 @@ def test_good_command_lines_parse(monkeypatch):
     assert cfg.agent["bc_alpha"] == 0.01 and cfg.offline_ratio == 0.5 and cfg.offline_steps == 0
 
 
+def test_a_tilde_in_a_path_flag_is_the_home_directory(monkeypatch, tmp_path):
+    """`--save_dir=~/x` keeps its '~' past the shell: every path flag expands it (no './~' directory)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cfg = parse(monkeypatch, "main", "--save_dir=~/runs", "--dataset_path=~/d.npz", "--ogbench_dataset_dir=~/data")
+    assert (cfg.save_dir, cfg.dataset_path) == (f"{tmp_path}/runs", f"{tmp_path}/d.npz")
+    assert cfg.ogbench_dataset_dir == f"{tmp_path}/data"
+
+
 def _run_driver(script, *args, env=None):
     env = dict(os.environ if env is None else env, JAX_PLATFORMS="cpu")
     return subprocess.run(
@@ -355,3 +363,37 @@ def test_agent_horizon_length_alone_counts_as_horizon_length(monkeypatch):
     assert cfg.horizon_length == 1 and cfg.agent["actor_type"] == "best-of-n"
     cfg = parse(monkeypatch, "main", "--method=qc", "--agent.horizon_length=3", "--offline_steps=10")
     assert cfg.horizon_length == 3 and cfg.setting_sources["horizon_length"] == "command line"
+
+
+def test_a_second_file_for_a_registered_agent_name_is_refused(monkeypatch, capsys, tmp_path):
+    """A copy of agents/acfql.py that kept its name: which code ran would depend on the loading order."""
+    import agents
+
+    monkeypatch.setattr(agents, "CLASHES", {})  # the refusal marks the name; keep other tests clear of it
+    copy = tmp_path / "mine.py"
+    copy.write_text(open(os.path.join(os.path.dirname(acfql.__file__), "acfql.py")).read())
+    err = error_of(monkeypatch, capsys, "main", f"--agent={copy}")
+    assert f"two files define agent 'acfql': {acfql.__file__} and {copy}" in err, err
+    # ... and the name stays refused, --method too, until one file is renamed.
+    assert "two files define agent 'acfql'" in error_of(monkeypatch, capsys, "main", "--method=qc")
+
+
+def test_agent_files_that_cannot_be_loaded_are_named(monkeypatch, capsys, tmp_path, caplog):
+    import logging
+
+    import agents
+
+    broken = "/repo/agents/half_edited.py"
+    monkeypatch.setattr(agents, "PROBLEMS", {broken: "SyntaxError: invalid syntax (half_edited.py, line 3)"})
+    with caplog.at_level(logging.WARNING):
+        parse(monkeypatch, "main", "--method=qc")  # other agents still run
+    assert f"{broken} is not loaded (SyntaxError: invalid syntax" in caplog.text
+    err = error_of(monkeypatch, capsys, "main", "--agent.agent_name=half_edited")
+    assert f"{broken} could not be loaded (SyntaxError" in err, err
+    not_a_config = tmp_path / "five.py"
+    not_a_config.write_text("def get_config():\n    return 5\n")
+    err = error_of(monkeypatch, capsys, "main", f"--agent={not_a_config}")
+    assert "its get_config() returned int, not an ml_collections.ConfigDict" in err, err
+    syntax = tmp_path / "syntax.py"
+    syntax.write_text("def get_config(:\n")
+    assert "syntax.py" in error_of(monkeypatch, capsys, "main", f"--agent={syntax}")

@@ -213,8 +213,26 @@ def test_episode_streams_are_spawned_per_index_and_episodes_ignore_history():
 
 @pytest.mark.parametrize("bad", [0, -2, 1.5, True, "2"])
 def test_num_workers_must_be_a_positive_integer(bad, tmp_path):
-    with pytest.raises(ValueError, match="num_workers must be an integer >= 1"):
+    with pytest.raises(ValueError, match=r"--num_workers=.* must be an integer >= 1"):
         generate_dataset("cube-single-play-v0", num_episodes=1, save_path=str(tmp_path / "x.npz"), num_workers=bad)
+    assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"num_episodes": 0}, "--num_episodes=0 must be >= 1"),
+        ({"num_episodes": -3}, "--num_episodes=-3 must be >= 1"),
+        ({"num_val_episodes": 0}, "--num_val_episodes=0 must be >= 1"),
+        ({"max_episode_steps": 1}, "--max_episode_steps=1 must be >= 2"),
+        ({"seed": -1}, r"--seed=-1 must be in \[0, 2\*\*32\)"),
+        ({"noise": -0.1}, "--noise=-0.1 must be >= 0"),
+        ({"p_random_action": 1.5}, r"--p_random_action=1.5 must be in \[0, 1\]"),
+    ],
+)
+def test_bad_settings_are_refused_before_any_episode(settings, message, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        generate_dataset("cube-single-play-v0", **{"num_episodes": 1, **settings}, save_path=str(tmp_path / "x.npz"))
     assert not os.listdir(tmp_path)
 
 
@@ -580,3 +598,8 @@ def test_generating_onto_an_existing_file_is_one_line_before_any_episode(tmp_pat
     assert result.stderr.startswith("error: ") and "exists; pass --overwrite" in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert target.read_bytes() == b"a dataset a run trained on"
+    # A bad count is the same one line, not a traceback.
+    command = command[:-2] + ["--num_episodes=0", f"--save_path={target}.new.npz"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                            env=dict(os.environ, JAX_PLATFORMS="cpu"))  # fmt: skip
+    assert result.returncode == 2 and result.stderr.strip() == "error: --num_episodes=0 must be >= 1.", result.stderr

@@ -334,6 +334,12 @@ def test_command_writes_figure_and_table(sweep, tmp_path, capsys):
     ]
 
 
+def test_a_tilde_in_paths_is_the_home_directory(sweep, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert pc.main(["~/exp/sweep", "--out_dir=~/out", "--reps=20"]) == 0
+    assert os.path.isfile(tmp_path / "out" / "curves.png") and not os.path.exists("~")
+
+
 def test_command_per_task_glob_and_no_paper(sweep, tmp_path):
     out = tmp_path / "plots"
     pattern = str(sweep / "*task2*")

@@ -285,11 +285,14 @@ def test_damaged_newest_state_falls_back_to_the_previous_one(tmp_path):
 
 def test_truncate_csvs_drops_rows_after_the_state(tmp_path):
     (tmp_path / "eval.csv").write_text("step,success\n3,0.0\n6,1.0\n9,0.5\n")
-    (tmp_path / "late.csv").write_text("step,x\n9,1\n")
+    (tmp_path / "online_agent.csv").write_text("step,x\n9,1\n")  # created after the state
+    (tmp_path / "my_notes.csv").write_text("a,b\n1,2\n")  # the user's own: never touched
+    assert resume.csv_row_counts(str(tmp_path)) == {"eval.csv": 3, "online_agent.csv": 1}
     counts = {"eval.csv": 2}
     resume.truncate_csvs(str(tmp_path), counts)
     assert (tmp_path / "eval.csv").read_text() == "step,success\n3,0.0\n6,1.0\n"
-    assert not (tmp_path / "late.csv").exists()
+    assert not (tmp_path / "online_agent.csv").exists()
+    assert (tmp_path / "my_notes.csv").read_text() == "a,b\n1,2\n"
 
 
 def test_a_second_signal_while_writing_does_not_corrupt_the_state(tmp_path, monkeypatch):

@@ -87,6 +87,12 @@ def test_grid_is_the_cartesian_product_in_order(capsys):
     assert info == {"sweep": "s", "swept": {"horizon_length": 1, "agent.actor_num_samples": 32}, "seed": 1}
 
 
+def test_a_tilde_save_dir_is_the_home_directory(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (words,), _ = _dry_run(capsys, "--save_dir=~/runs")
+    assert _flag(words, "save_dir") == f"{tmp_path}/runs"
+
+
 def test_tasks_rewrite_the_env_name_and_method_grid(capsys):
     commands, _ = _dry_run(
         capsys,
