@@ -354,14 +354,32 @@ def run_dir_of(cfg) -> str:
 
 
 def _group_hint(cfg) -> str:
-    """A hint when `--run_name` names a seed group (directories `<name>_sd<seed>` exist) or one of its seeds."""
+    """A hint when `--run_name` names a seed group (directories `<name>_sd<seed>` exist) or, resumed as a
+    seed group, a single-seed run."""
     parent = os.path.join(cfg.save_dir, cfg.run_group)
     base = cfg.run_name
+    single = re.sub(r"_sd\d+$", "", base)
+    if cfg.num_seeds > 1 and os.path.isfile(os.path.join(parent, single, "flags.json")):
+        return f" ({os.path.join(parent, single)} exists as a single-seed run: resume it without --num_seeds)"
     if os.path.isdir(parent):
         members = sorted(n for n in os.listdir(parent) if n.startswith(f"{base}_sd") and n[len(base) + 3 :].isdigit())
         if members:
             return f" ({', '.join(members)} exist: resume the seed group with --num_seeds={len(members)})"
     return ""
+
+
+def check_group_members(configs: List):
+    """`ValueError` when some runs of a seed group exist (`flags.json`) and others do not: a seed added to a
+    group that has started cannot join its states (they share steps), so it must run apart."""
+    exist = [os.path.isfile(os.path.join(run_dir_of(c), "flags.json")) for c in configs]
+    if len(configs) > 1 and any(exist) and not all(exist):
+        old = [c.run_name for c, e in zip(configs, exist, strict=True) if e]
+        new = [c.run_name for c, e in zip(configs, exist, strict=True) if not e]
+        raise ValueError(
+            f"--resume: the seed group has runs {', '.join(old)} but not {', '.join(new)}: a seed was added since "
+            "it started. Resume the group with the seeds it started with, and start the new seed(s) as a run of "
+            "their own (a sweep: a new --sweep_name, or --seeds_per_process that puts them in a process apart)."
+        )
 
 
 def check_runs(configs: List) -> List[Optional[Dict]]:
@@ -372,15 +390,20 @@ def check_runs(configs: List) -> List[Optional[Dict]]:
     `flags.json`, other settings than the run's (finished runs too), or a seed group of which only some
     runs have finished; `RunFinished` when every run has finished with these settings.
     """
+    check_group_members(configs)
     records, finished = [], []
     for cfg in configs:
         run_dir = run_dir_of(cfg)
         if not os.path.isfile(os.path.join(run_dir, "flags.json")):
-            # A seed group's members exist: a new single run beside them would be a second run of a seed.
-            if not cfg.start_if_missing or _group_hint(cfg):
+            # A seed group's members exist (or the single run a group resume names): a new run beside them
+            # would be a second run of a seed.
+            hint = _group_hint(cfg)
+            if hint:
+                raise ValueError(f"--resume: there is no run {run_dir}{hint}.")
+            if not cfg.start_if_missing:
                 raise ValueError(
-                    f"--resume: there is no run {run_dir} (check --save_dir, --run_group and --run_name"
-                    f"{_group_hint(cfg)}); pass --start_if_missing to start it when it does not exist."
+                    f"--resume: there is no run {run_dir} (check --save_dir, --run_group and --run_name); pass "
+                    "--start_if_missing to start it when it does not exist."
                 )
             records.append(None)
             continue

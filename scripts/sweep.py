@@ -553,6 +553,10 @@ def check_with_driver(driver: str, runs: List[SweepRun]):
             cfg = config_from_argv(driver, run.command[2:])
         except cli.InputError as e:
             raise InputError(f"run {run.name}: the driver would refuse it: {e}") from None
+        try:
+            resume.check_group_members(setup.seed_configs(cfg))
+        except ValueError as e:
+            raise InputError(f"run {run.name}: {str(e).removeprefix('--resume: ')}") from None
         for seed_cfg in setup.seed_configs(cfg):
             run_dir = resume.run_dir_of(seed_cfg)
             if not os.path.isfile(os.path.join(run_dir, DONE_FILE)):

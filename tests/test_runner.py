@@ -370,6 +370,20 @@ def test_a_resume_that_finds_no_run_is_an_error_unless_asked_to_start(monkeypatc
     group = ["main", f"--save_dir={tmp_path}", "--run_name=g", "--resume", "--start_if_missing"]
     with pytest.raises(ValueError, match=r"g_sd0, g_sd1 exist: resume the seed group with --num_seeds=2"):
         resume.check_runs([parse(monkeypatch, *group)])
+    # A seed added to a group that started cannot join its states: said as such, nothing created.
+    for seed in (0, 1):
+        (tmp_path / "Debug" / f"g_sd{seed}" / "flags.json").write_text('{"flags": {}}')
+    configs = setup.seed_configs(parse(monkeypatch, *group, "--num_seeds=3"))
+    with pytest.raises(ValueError, match=r"the seed group has runs g_sd0, g_sd1 but not g_sd2: a seed was added"):
+        resume.check_runs(configs)
+    assert not (tmp_path / "Debug" / "g_sd2").exists()
+    # A single-seed run resumed as a seed group: pointed at the run, not at --start_if_missing.
+    os.makedirs(tmp_path / "Debug" / "one")
+    (tmp_path / "Debug" / "one" / "flags.json").write_text('{"flags": {}}')
+    for extra in ([], ["--start_if_missing"]):
+        argv = ["main", f"--save_dir={tmp_path}", "--run_name=one", "--resume", "--num_seeds=2", *extra]
+        with pytest.raises(ValueError, match=r"Debug/one exists as a single-seed run: resume it without --num_seeds"):
+            resume.check_runs(setup.seed_configs(parse(monkeypatch, *argv)))
 
 
 def test_start_if_missing_and_accept_changed_data_need_resume(monkeypatch, capsys):

@@ -361,6 +361,18 @@ def test_seed_group_is_finished_when_every_seed_is(capsys, tmp_path):
     assert rc == 0 and "nothing to do" in out and err.count("skip (finished") == 2
 
 
+def test_a_seed_added_to_a_started_group_is_refused_before_anything_runs(capsys, tmp_path):
+    """Seeds 0-1 started as one process (killed); the same sweep with --seeds=0-2 would put seed 2 in it."""
+    started, _ = _dry_run(capsys, "--seeds=0-1", "--seeds_per_process=4", f"--save_dir={tmp_path}")
+    _finish(started[0])
+    os.remove(tmp_path / "s" / "cube-double-t2_sd0" / "DONE.json")
+    os.remove(tmp_path / "s" / "cube-double-t2_sd1" / "DONE.json")
+    line = _error(capsys, "--driver=main.py", "--sweep_name=s", "--dry_run", "--seeds=0-2", "--seeds_per_process=4",
+                  f"--save_dir={tmp_path}", "--", ENV)  # fmt: skip
+    assert "run cube-double-t2_sd0-2: the seed group has runs cube-double-t2_sd0, cube-double-t2_sd1 but not " in line
+    assert not os.path.exists(tmp_path / "s" / "cube-double-t2_sd2")
+
+
 def test_seed_group_run_skips_only_when_every_seed_is_done(tmp_path):
     run = _fake_run(tmp_path, "ok", name="g")
     run.run_dirs = [str(tmp_path / "g" / "a"), str(tmp_path / "g" / "b")]
