@@ -342,26 +342,44 @@ def parse_value(where: str, step, success) -> Tuple[int, float]:
 def find_run_dirs(arguments: Sequence[str]) -> List[str]:
     """Run directories (with a `flags.json`) named by, or found under, each argument or glob.
 
-    Warns about an empty directory found while searching (a run that never wrote its `flags.json`).
+    Symbolic links are followed (a folder of links to runs works; a link loop is visited once); a run
+    found through two arguments (overlapping globs, a sweep and one of its runs) counts once. Warns
+    about an empty directory found while searching (a run that never wrote its `flags.json`) and a
+    broken link a glob matched.
 
     Raises:
-        InputError: an argument that matches nothing or finds no run directory, a directory with an
-            `eval.csv` but no `flags.json`.
+        InputError: an argument that matches nothing or finds no run directory, a broken link named
+            directly, a directory with an `eval.csv` but no `flags.json`.
     """
-    found: Dict[str, None] = {}
+    found: Dict[str, str] = {}  # real path -> the path as first found
     for argument in arguments:
-        paths = sorted(glob.glob(argument, recursive=True)) if any(c in argument for c in "*?[") else [argument]
+        if any(c in argument for c in "*?["):
+            paths = sorted(glob.glob(argument, recursive=True))
+            for path in [p for p in paths if not os.path.exists(p)]:
+                warn(f"skipping {path}: a broken symbolic link")
+            paths = [p for p in paths if os.path.exists(p)]
+        else:
+            paths = [argument]
+            if os.path.islink(argument) and not os.path.exists(argument):
+                raise InputError(f"{argument}: a broken symbolic link (to {os.readlink(argument)})")
         if not paths or not all(os.path.exists(p) for p in paths):
             raise InputError(f"{argument}: no such file or directory")
-        before = len(found)
+        hits = 0
         for path in paths:
             if os.path.basename(path) == "flags.json":
                 path = os.path.dirname(path) or "."
             if not os.path.isdir(path):
                 raise InputError(f"{path}: not a run directory (no flags.json) nor a directory to search")
-            for root, dirs, files in os.walk(path):
+            visited = set()
+            for root, dirs, files in os.walk(path, followlinks=True):
+                real = os.path.realpath(root)
+                if real in visited:  # a link back up the tree
+                    dirs[:] = []
+                    continue
+                visited.add(real)
                 if "flags.json" in files:
-                    found[os.path.normpath(root)] = None
+                    found.setdefault(real, os.path.normpath(root))
+                    hits += 1
                     dirs[:] = []  # a run directory holds no further runs
                     continue
                 if "eval.csv" in files:
@@ -369,9 +387,9 @@ def find_run_dirs(arguments: Sequence[str]) -> List[str]:
                 if not dirs and not files and root != path:
                     warn(f"skipping {os.path.normpath(root)}: an empty directory")
                 dirs[:] = sorted(d for d in dirs if d not in ("wandb", "checkpoints"))
-        if len(found) == before:
+        if hits == 0:
             raise InputError(f"{argument}: no run directory (a directory with a flags.json) in it")
-    return list(found)
+    return list(found.values())
 
 
 def read_csv_rows(path: str) -> Tuple[List[str], List[Tuple[int, Dict[str, str]]]]:

@@ -540,6 +540,26 @@ def test_argument_errors_and_help(capsys):
     assert all(action.help for action in parser._actions)
 
 
+def test_runs_are_found_once_through_links_and_overlapping_arguments(sweep, tmp_path, capsys):
+    everything = pc.find_run_dirs([str(sweep)])
+    one = str(sweep / "20261130_120001_QC_cube-double-task1_sd000")
+    # A run found through two arguments (the sweep and one of its runs, or the same glob twice) counts once.
+    assert pc.find_run_dirs([str(sweep), one]) == everything
+    assert pc.find_run_dirs([f"{sweep}/*QC*", f"{sweep}/*QC-FQL*"]) == pc.find_run_dirs([f"{sweep}/*QC*"])
+    # A folder of links to runs is followed; a link back up the tree is visited once.
+    (tmp_path / "compare").mkdir()
+    os.symlink(one, tmp_path / "compare" / "baseline")
+    os.symlink(tmp_path / "compare", tmp_path / "compare" / "loop")
+    assert pc.find_run_dirs([str(tmp_path / "compare")]) == [str(tmp_path / "compare" / "baseline")]
+    # A broken link: skipped with a warning when a glob matched it, an error when named.
+    os.symlink(tmp_path / "gone", tmp_path / "compare" / "deleted_run")
+    capsys.readouterr()
+    assert pc.find_run_dirs([str(tmp_path / "compare" / "*")]) == [str(tmp_path / "compare" / "baseline")]
+    assert f"skipping {tmp_path}/compare/deleted_run: a broken symbolic link" in capsys.readouterr().err
+    with pytest.raises(pc.InputError, match=r"deleted_run: a broken symbolic link \(to .*gone\)"):
+        pc.find_run_dirs([str(tmp_path / "compare" / "deleted_run")])
+
+
 def test_a_run_without_evaluations_is_skipped(sweep, tmp_path, capsys):
     os.makedirs(sweep / "running")
     with open(sweep / "running" / "flags.json", "w") as f:
