@@ -476,6 +476,14 @@ def download(
             commands) or a download failed (no incomplete file left; files completed before stay).
     """
     ogbench_url, robomimic_url = ogbench_url.rstrip("/"), robomimic_url.rstrip("/")
+    for flag, url in (("ogbench_url", ogbench_url), ("robomimic_url", robomimic_url)):
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise DownloadError(f"--{flag}={url!r} is not an http(s) URL (a mirror is served as http://host/path).")
+    for flag, directory in (("dataset_dir", dataset_dir), ("robomimic_dir", robomimic_dir)):
+        directory = os.path.expanduser(directory)
+        if os.path.exists(directory) and not os.path.isdir(directory):
+            raise DownloadError(f"--{flag}={directory} is a file, not a directory; nothing was downloaded.")
     hosts = {}
     for r in requests:
         hosts.setdefault(robomimic_url if r.kind == "robomimic" else ogbench_url, []).append(r)

@@ -84,6 +84,9 @@ def expanded_argv(argv: List[str]) -> List[str]:
 
 def config_flag_message(error: Exception, argv: List[str], driver: str) -> str:
     """One line for a failure while ml_collections builds `--agent` (its file and `--agent.*` overrides)."""
+    if isinstance(error, UnicodeDecodeError):  # absl reads a --flagfile as UTF-8 text
+        files = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--flagfile=")]
+        return f"--flagfile={','.join(files) or '?'}: not UTF-8 text ({error.reason} at byte {error.start})."
     argv = expanded_argv(argv)
     if isinstance(error, flags.Error):  # a value of the wrong type
         return str(error)

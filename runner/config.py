@@ -205,6 +205,11 @@ class RunConfig:
         for name, value in (("run_name", self.run_name), ("run_group", self.run_group)):
             if value is not None and (not value.strip() or "/" in value or os.sep in value or value in (".", "..")):
                 raise ValueError(f"--{name}={value!r} must be a plain directory name (no '/', not '.' or '..').")
+            # A directory name holds 255 bytes; a seed group adds `_sd<seed>` (up to 13) to the run name.
+            if value is not None and len(value.encode()) > 255 - 13:
+                raise ValueError(
+                    f"--{name} is {len(value.encode())} bytes long; at most {255 - 13} fit a directory name."
+                )
         if os.path.exists(self.save_dir) and not os.path.isdir(self.save_dir):
             raise ValueError(f"--save_dir={self.save_dir} is a file, not a directory.")
         if self.wandb_mode == "online" and not _wandb_login_known():

@@ -184,6 +184,8 @@ def test_bad_agent_value_names_the_key(monkeypatch, capsys, driver, key, value):
         ("main", ["--run_group=.."], "--run_group='..' must be a plain directory name"),
         ("main", ["--run_group=a/../../b"], "--run_group='a/../../b' must be a plain directory name"),
         ("main", ["--run_name=a/b"], "--run_name='a/b' must be a plain directory name"),
+        ("main", ["--run_name=" + "r" * 243], "--run_name is 243 bytes long; at most 242 fit a directory name"),
+        ("main", ["--run_group=" + "é" * 122], "--run_group is 244 bytes long"),
         ("main", ["--video_episodes=-1"], "--video_episodes=-1 must be >= 0"),
         ("main", ["--video_frame_skip=0"], "--video_frame_skip=0 must be >= 1"),
         ("main", ["--start_training=-1"], "--start_training=-1 must be >= 0"),
@@ -397,3 +399,10 @@ def test_agent_files_that_cannot_be_loaded_are_named(monkeypatch, capsys, tmp_pa
     syntax = tmp_path / "syntax.py"
     syntax.write_text("def get_config(:\n")
     assert "syntax.py" in error_of(monkeypatch, capsys, "main", f"--agent={syntax}")
+
+
+def test_a_flagfile_that_is_not_text_is_one_line(monkeypatch, capsys, tmp_path):
+    flagfile = tmp_path / "flags.txt"
+    flagfile.write_bytes(b"--seed=\xff\xfe\n")
+    err = error_of(monkeypatch, capsys, "main", f"--flagfile={flagfile}")
+    assert err == f"error: --flagfile={flagfile}: not UTF-8 text (invalid start byte at byte 7).", err

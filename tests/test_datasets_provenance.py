@@ -13,6 +13,7 @@ import http.server
 import importlib.metadata
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -212,6 +213,24 @@ def test_unreachable_host_fails_at_once(tmp_path):
     assert time.perf_counter() - start < 1.0
     _assert_offline_message(str(e.value), tmp_path)
     assert os.listdir(tmp_path) == []  # nothing written
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"ogbench_url": "file:///mirror"}, "--ogbench_url='file:///mirror' is not an http(s) URL"),
+        ({"ogbench_url": ""}, "--ogbench_url='' is not an http(s) URL"),
+        ({"robomimic_url": "http://"}, "--robomimic_url='http:' is not an http(s) URL"),
+        ({"dataset_dir": "/etc/passwd"}, "--dataset_dir=/etc/passwd is a file, not a directory"),
+    ],
+)
+def test_bad_urls_and_directories_are_refused_before_any_connection(kwargs, message, monkeypatch):
+    def no_connection(*args, **kw):
+        raise AssertionError("connected")
+
+    monkeypatch.setattr(socket, "create_connection", no_connection)
+    with pytest.raises(DownloadError, match=re.escape(message)):
+        dl.download(parse_names("cube-double-play-v0"), **kwargs)
 
 
 def test_no_dns_fails_at_once(tmp_path, monkeypatch):
