@@ -187,6 +187,8 @@ def parse_flags(argv: List[str], driver: str, flag_values=FLAGS) -> List[str]:
     left over after parsing, e.g. `--sparse False` (absl reads `--sparse` as true and leaves
     `False` over), with the accepted forms `--sparse=false` / `--nosparse`.
     """
+    # `--agent=~/file.py` keeps its '~' past the shell (as every path flag; `RunConfig` expands the others).
+    argv = [re.sub(r"^(--?agent=)(~.*)$", lambda m: m[1] + os.path.expanduser(m[2]), a) for a in argv]
     try:
         rest = flag_values(argv)
     except Exception as e:  # noqa: BLE001 - absl's flags.Error, ml_collections' errors, unreadable flagfiles

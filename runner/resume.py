@@ -369,11 +369,13 @@ def _group_hint(cfg) -> str:
 
 
 def check_group_members(configs: List):
-    """`ValueError` when some runs of a seed group exist (`flags.json`) and others do not: a seed added to a
-    group that has started cannot join its states (they share steps), so it must run apart."""
+    """`ValueError` when some runs of a seed group have run states and others do not exist (no `flags.json`):
+    a seed added to a group that has started cannot join its states (they share steps), so it must run
+    apart. A group whose runs hold no state yet starts afresh, whichever of its runs exist."""
     exist = [os.path.isfile(os.path.join(run_dir_of(c), "flags.json")) for c in configs]
-    if len(configs) > 1 and any(exist) and not all(exist):
-        old = [c.run_name for c, e in zip(configs, exist, strict=True) if e]
+    started = [bool(state_steps(run_dir_of(c))) for c in configs]
+    if len(configs) > 1 and any(started) and not all(exist):
+        old = [c.run_name for c, e in zip(configs, started, strict=True) if e]
         new = [c.run_name for c, e in zip(configs, exist, strict=True) if not e]
         raise ValueError(
             f"--resume: the seed group has runs {', '.join(old)} but not {', '.join(new)}: a seed was added since "

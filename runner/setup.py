@@ -466,6 +466,12 @@ def setup_runs(cfg) -> List[Run]:
         check_sizes(cfg)
         configs = seed_configs(cfg)
         records = resume.check_runs(configs) if cfg.resume else [None] * len(configs)
+        taken = [resume.run_dir_of(c) for c in configs if c.run_name and os.path.exists(resume.run_dir_of(c))]
+        if not cfg.resume and taken:  # before any seed's directory is made: a group is created whole or not at all
+            raise ValueError(
+                f"--run_name={cfg.run_name}: {', '.join(taken)} exists already (another run's files are never "
+                "overwritten); choose another --run_name or --run_group, or pass --resume to continue it."
+            )
         try:
             env_data = make_env_and_datasets(
                 cfg.env_name,

@@ -373,10 +373,20 @@ def test_a_resume_that_finds_no_run_is_an_error_unless_asked_to_start(monkeypatc
     # A seed added to a group that started cannot join its states: said as such, nothing created.
     for seed in (0, 1):
         (tmp_path / "Debug" / f"g_sd{seed}" / "flags.json").write_text('{"flags": {}}')
+        os.makedirs(tmp_path / "Debug" / f"g_sd{seed}" / "state" / "step_000000000004")
+        (tmp_path / "Debug" / f"g_sd{seed}" / "state" / "step_000000000004" / "COMPLETE").write_text("")
     configs = setup.seed_configs(parse(monkeypatch, *group, "--num_seeds=3"))
     with pytest.raises(ValueError, match=r"the seed group has runs g_sd0, g_sd1 but not g_sd2: a seed was added"):
         resume.check_runs(configs)
     assert not (tmp_path / "Debug" / "g_sd2").exists()
+    # A group that never wrote a state (its start failed after one seed's directory was made) starts afresh.
+    argv = ["main", f"--save_dir={tmp_path}", "--run_name=h", "--resume", "--start_if_missing", "--num_seeds=2"]
+    configs = setup.seed_configs(parse(monkeypatch, *argv))
+    os.makedirs(tmp_path / "Debug" / "h_sd0")
+    record = {"flags": configs[0].flag_values, "agent": configs[0].agent}
+    (tmp_path / "Debug" / "h_sd0" / "flags.json").write_text(json.dumps(record))
+    assert resume.check_runs(configs) == [json.loads(json.dumps(record)), None]
+    resume.release_run_dirs()
     # A single-seed run resumed as a seed group: pointed at the run, not at --start_if_missing.
     os.makedirs(tmp_path / "Debug" / "one")
     (tmp_path / "Debug" / "one" / "flags.json").write_text('{"flags": {}}')
@@ -384,6 +394,14 @@ def test_a_resume_that_finds_no_run_is_an_error_unless_asked_to_start(monkeypatc
         argv = ["main", f"--save_dir={tmp_path}", "--run_name=one", "--resume", "--num_seeds=2", *extra]
         with pytest.raises(ValueError, match=r"Debug/one exists as a single-seed run: resume it without --num_seeds"):
             resume.check_runs(setup.seed_configs(parse(monkeypatch, *argv)))
+
+
+def test_a_seed_group_is_created_whole_or_not_at_all(monkeypatch, tmp_path):
+    os.makedirs(tmp_path / "Debug" / "g_sd1")  # an earlier run of seed 1 alone
+    cfg = parse(monkeypatch, "main", f"--save_dir={tmp_path}", "--run_name=g", "--num_seeds=2")
+    with pytest.raises(cli.InputError, match=r"--run_name=g: .*Debug/g_sd1 exists already"):
+        setup.setup_runs(cfg)
+    assert sorted(os.listdir(tmp_path / "Debug")) == ["g_sd1"]
 
 
 def test_start_if_missing_and_accept_changed_data_need_resume(monkeypatch, capsys):

@@ -365,8 +365,10 @@ def test_a_seed_added_to_a_started_group_is_refused_before_anything_runs(capsys,
     """Seeds 0-1 started as one process (killed); the same sweep with --seeds=0-2 would put seed 2 in it."""
     started, _ = _dry_run(capsys, "--seeds=0-1", "--seeds_per_process=4", f"--save_dir={tmp_path}")
     _finish(started[0])
-    os.remove(tmp_path / "s" / "cube-double-t2_sd0" / "DONE.json")
-    os.remove(tmp_path / "s" / "cube-double-t2_sd1" / "DONE.json")
+    for seed in (0, 1):  # killed after a run state
+        os.remove(tmp_path / "s" / f"cube-double-t2_sd{seed}" / "DONE.json")
+        os.makedirs(tmp_path / "s" / f"cube-double-t2_sd{seed}" / "state" / "step_000000000004")
+        (tmp_path / "s" / f"cube-double-t2_sd{seed}" / "state" / "step_000000000004" / "COMPLETE").write_text("")
     line = _error(capsys, "--driver=main.py", "--sweep_name=s", "--dry_run", "--seeds=0-2", "--seeds_per_process=4",
                   f"--save_dir={tmp_path}", "--", ENV)  # fmt: skip
     assert "run cube-double-t2_sd0-2: the seed group has runs cube-double-t2_sd0, cube-double-t2_sd1 but not " in line
