@@ -36,6 +36,8 @@ def register(spec: AgentSpec, config_file: Optional[str] = None) -> AgentSpec:
     """
     path = os.path.abspath(config_file) if config_file is not None else None
     known = CONFIG_FILES.get(spec.name)
+    if path is not None and known is not None and path != known and os.path.realpath(known) == os.path.realpath(path):
+        return REGISTRY[spec.name]  # a link to the registered file: the file as first registered stays its path
     if path is not None and known is not None and os.path.realpath(known) != os.path.realpath(path):
         CLASHES[spec.name] = [known, path]
         raise ValueError(

@@ -476,14 +476,25 @@ def download(
             commands) or a download failed (no incomplete file left; files completed before stay).
     """
     ogbench_url, robomimic_url = ogbench_url.rstrip("/"), robomimic_url.rstrip("/")
-    for flag, url in (("ogbench_url", ogbench_url), ("robomimic_url", robomimic_url)):
-        parts = urllib.parse.urlsplit(url)
+    # Only what the requests use is checked: an OGBench download does not look at --robomimic_dir.
+    used = {r.kind == "robomimic" for r in requests}
+    places = [("ogbench_url", ogbench_url, "dataset_dir", dataset_dir)] if False in used else []
+    places += [("robomimic_url", robomimic_url, "robomimic_dir", robomimic_dir)] if True in used else []
+    for url_flag, url, dir_flag, directory in places:
+        try:
+            parts = urllib.parse.urlsplit(url)
+            parts.port  # noqa: B018 - raises ValueError for a port that is no number
+        except ValueError as e:
+            raise DownloadError(f"--{url_flag}={url!r} is not a valid URL ({e}).") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise DownloadError(f"--{flag}={url!r} is not an http(s) URL (a mirror is served as http://host/path).")
-    for flag, directory in (("dataset_dir", dataset_dir), ("robomimic_dir", robomimic_dir)):
-        directory = os.path.expanduser(directory)
-        if os.path.exists(directory) and not os.path.isdir(directory):
-            raise DownloadError(f"--{flag}={directory} is a file, not a directory; nothing was downloaded.")
+            raise DownloadError(f"--{url_flag}={url!r} is not an http(s) URL (a mirror is served as http://host/path).")
+        folder = os.path.abspath(os.path.expanduser(directory))
+        while not os.path.exists(folder):
+            folder = os.path.dirname(folder)
+        if not os.path.isdir(folder):
+            raise DownloadError(
+                f"--{dir_flag}={directory}: {folder} is a file, not a directory; nothing was downloaded."
+            )
     hosts = {}
     for r in requests:
         hosts.setdefault(robomimic_url if r.kind == "robomimic" else ogbench_url, []).append(r)

@@ -85,6 +85,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import importlib.metadata
+import math
 import multiprocessing
 import os
 import sys
@@ -469,8 +470,12 @@ def check_targets(env_name: str, save_path: str | None, dataset_type: str | None
     return train_path, val_path
 
 
-def check_settings(name, num_episodes, num_val_episodes, max_episode_steps, seed, num_workers, noise, p_random_action):
-    """`(num_episodes, num_val_episodes)` with their defaults filled in; `ValueError` naming the first bad value."""
+def check_settings(
+    name, num_episodes, num_val_episodes, max_episode_steps, seed, num_workers, noise, p_random_action,
+    noise_smoothing=0.5, min_norm=0.4,
+):  # fmt: skip
+    """`(num_episodes, num_val_episodes)` with their defaults filled in; `ValueError` naming the first bad value
+    (a count out of range, a noise setting that is negative or not finite: NaN actions would be written)."""
     num_episodes = PUBLISHED_NUM_EPISODES[name.domain] if num_episodes is None else num_episodes
     num_val_episodes = max(1, num_episodes // 10) if num_val_episodes is None else num_val_episodes
     checks = [
@@ -478,7 +483,9 @@ def check_settings(name, num_episodes, num_val_episodes, max_episode_steps, seed
         ("num_val_episodes", num_val_episodes, num_val_episodes >= 1, ">= 1"),
         ("max_episode_steps", max_episode_steps, max_episode_steps >= 2, ">= 2 (one transition)"),
         ("seed", seed, 0 <= seed < 2**32, "in [0, 2**32)"),
-        ("noise", noise, noise >= 0, ">= 0"),
+        ("noise", noise, 0 <= noise < math.inf, "a finite number >= 0"),
+        ("noise_smoothing", noise_smoothing, 0 <= noise_smoothing < math.inf, "a finite number >= 0 (steps)"),
+        ("min_norm", min_norm, 0 <= min_norm < math.inf, "a finite number >= 0"),
         ("p_random_action", p_random_action, p_random_action is None or 0 <= p_random_action <= 1, "in [0, 1]"),
     ]
     for flag, value, ok, want in checks:
@@ -543,8 +550,9 @@ def generate_dataset(
     """
     name = resolve_dataset_name(env_name, dataset_type)
     num_episodes, num_val_episodes = check_settings(
-        name, num_episodes, num_val_episodes, max_episode_steps, seed, num_workers, noise, p_random_action
-    )
+        name, num_episodes, num_val_episodes, max_episode_steps, seed, num_workers, noise, p_random_action,
+        noise_smoothing, min_norm,
+    )  # fmt: skip
     if p_random_action is None:
         noisy_p = 0.2 if name.domain.startswith("puzzle") else 0.1
         p_random_action = 0.0 if name.dataset_type == "play" else noisy_p
@@ -601,7 +609,7 @@ def main(_):
     try:
         name = resolve_dataset_name(f.env_name, f.dataset_type)  # e.g. humanoidmaze: one line naming the download
         check_settings(name, f.num_episodes, f.num_val_episodes, f.max_episode_steps, f.seed, f.num_workers, f.noise,
-                       f.p_random_action)  # fmt: skip
+                       f.p_random_action, f.noise_smoothing, f.min_norm)  # fmt: skip
         check_targets(f.env_name, f.save_path, f.dataset_type, f.overwrite)
     except (ValueError, FileExistsError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -122,6 +122,18 @@ def _unknown_agent_key_message(argv: List[str], driver: str) -> Optional[str]:
         if m is None or m.group(1) in own:
             continue
         key = m.group(1)
+        path = _agent_file(argv, driver)
+        registered = agents.CONFIG_FILES.get(own_name)
+        if (
+            registered
+            and os.path.realpath(registered) != os.path.realpath(path)
+            and key in _load_get_config(registered)
+        ):
+            # A short config file of a registered agent: the file lacks the key, the agent has it.
+            return (
+                f"--agent.{key}: {path}'s get_config() has no key {key!r}, which the {own_name} agent has (start "
+                f"the file from {registered}'s get_config(), or add the key)."
+            )
         message = f"--agent.{key}: the {own_name} agent has no config key {key!r}"
         for spec in agents.REGISTRY.values():
             if spec.name != own_name and key in spec.get_config():

@@ -345,7 +345,7 @@ def find_run_dirs(arguments: Sequence[str]) -> List[str]:
     Symbolic links are followed (a folder of links to runs works; a link loop is visited once); a run
     found through two arguments (overlapping globs, a sweep and one of its runs) counts once. Warns
     about an empty directory found while searching (a run that never wrote its `flags.json`) and a
-    broken link a glob matched.
+    broken link found or matched.
 
     Raises:
         InputError: an argument that matches nothing or finds no run directory, a broken link named
@@ -384,6 +384,10 @@ def find_run_dirs(arguments: Sequence[str]) -> List[str]:
                     continue
                 if "eval.csv" in files:
                     raise InputError(f"{os.path.join(root, 'eval.csv')}: no flags.json beside it (the run's config)")
+                for name in files:  # a link to a run that is gone: a seed would drop out of the mean unseen
+                    link = os.path.join(root, name)
+                    if os.path.islink(link) and not os.path.exists(link):
+                        warn(f"skipping {os.path.normpath(link)}: a broken symbolic link")
                 if not dirs and not files and root != path:
                     warn(f"skipping {os.path.normpath(root)}: an empty directory")
                 dirs[:] = sorted(d for d in dirs if d not in ("wandb", "checkpoints"))

@@ -233,6 +233,8 @@ def test_a_tilde_in_a_path_flag_is_the_home_directory(monkeypatch, tmp_path):
     cfg = parse(monkeypatch, "main", "--save_dir=~/runs", "--dataset_path=~/d.npz", "--ogbench_dataset_dir=~/data")
     assert (cfg.save_dir, cfg.dataset_path) == (f"{tmp_path}/runs", f"{tmp_path}/d.npz")
     assert cfg.ogbench_dataset_dir == f"{tmp_path}/data"
+    (tmp_path / "plain.py").write_text("from agents.acfql import get_config  # noqa: F401\n")
+    assert parse(monkeypatch, "main", "--agent=~/plain.py").agent_file == f"{tmp_path}/plain.py"
 
 
 def _run_driver(script, *args, env=None):
@@ -406,3 +408,22 @@ def test_a_flagfile_that_is_not_text_is_one_line(monkeypatch, capsys, tmp_path):
     flagfile.write_bytes(b"--seed=\xff\xfe\n")
     err = error_of(monkeypatch, capsys, "main", f"--flagfile={flagfile}")
     assert err == f"error: --flagfile={flagfile}: not UTF-8 text (invalid start byte at byte 7).", err
+
+
+def test_a_link_to_a_registered_agent_file_does_not_replace_its_path(tmp_path):
+    """agents/zlink.py -> acfql.py: the registry keeps agents/acfql.py as the agent's file (the default --agent)."""
+    import agents
+
+    link = tmp_path / "zlink.py"
+    os.symlink(acfql.__file__, link)
+    assert agents.register(acfql.SPEC, str(link)) is agents.REGISTRY["acfql"]
+    assert agents.CONFIG_FILES["acfql"] == os.path.abspath(acfql.__file__)
+
+
+def test_a_short_config_file_of_a_registered_agent_is_named_not_the_agent(monkeypatch, capsys, tmp_path):
+    short = tmp_path / "short.py"
+    short.write_text(
+        "import ml_collections\n\ndef get_config():\n    return ml_collections.ConfigDict(dict(agent_name='acfql'))\n"
+    )
+    err = error_of(monkeypatch, capsys, "main", f"--agent={short}", "--agent.batch_size=8")
+    assert f"--agent.batch_size: {short}'s get_config() has no key 'batch_size', which the acfql agent has" in err, err

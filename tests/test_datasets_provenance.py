@@ -221,7 +221,12 @@ def test_unreachable_host_fails_at_once(tmp_path):
         ({"ogbench_url": "file:///mirror"}, "--ogbench_url='file:///mirror' is not an http(s) URL"),
         ({"ogbench_url": ""}, "--ogbench_url='' is not an http(s) URL"),
         ({"robomimic_url": "http://"}, "--robomimic_url='http:' is not an http(s) URL"),
-        ({"dataset_dir": "/etc/passwd"}, "--dataset_dir=/etc/passwd is a file, not a directory"),
+        ({"dataset_dir": "/etc/passwd"}, "--dataset_dir=/etc/passwd: /etc/passwd is a file, not a directory"),
+        ({"dataset_dir": "/etc/passwd/sub"}, "--dataset_dir=/etc/passwd/sub: /etc/passwd is a file, not a directory"),
+        (
+            {"ogbench_url": "http://example.invalid:abc/x"},
+            "--ogbench_url='http://example.invalid:abc/x' is not a valid",
+        ),
     ],
 )
 def test_bad_urls_and_directories_are_refused_before_any_connection(kwargs, message, monkeypatch):
@@ -229,8 +234,18 @@ def test_bad_urls_and_directories_are_refused_before_any_connection(kwargs, mess
         raise AssertionError("connected")
 
     monkeypatch.setattr(socket, "create_connection", no_connection)
+    requests = parse_names("cube-double-play-v0" if "robomimic_url" not in kwargs else "lift-mh-low_dim")
     with pytest.raises(DownloadError, match=re.escape(message)):
-        dl.download(parse_names("cube-double-play-v0"), **kwargs)
+        dl.download(requests, **kwargs)
+
+
+def test_a_directory_the_requests_do_not_use_is_not_checked(tmp_path, monkeypatch):
+    def refused(*args, **kw):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(socket, "create_connection", refused)
+    with pytest.raises(DownloadError, match="cannot reach"):  # not "--robomimic_dir ... is a file"
+        dl.download(parse_names("cube-double-play-v0"), dataset_dir=str(tmp_path), robomimic_dir="/etc/passwd")
 
 
 def test_no_dns_fails_at_once(tmp_path, monkeypatch):

@@ -226,7 +226,12 @@ def test_num_workers_must_be_a_positive_integer(bad, tmp_path):
         ({"num_val_episodes": 0}, "--num_val_episodes=0 must be >= 1"),
         ({"max_episode_steps": 1}, "--max_episode_steps=1 must be >= 2"),
         ({"seed": -1}, r"--seed=-1 must be in \[0, 2\*\*32\)"),
-        ({"noise": -0.1}, "--noise=-0.1 must be >= 0"),
+        ({"noise": -0.1}, "--noise=-0.1 must be a finite number >= 0"),
+        ({"noise": float("inf")}, "--noise=inf must be a finite number >= 0"),
+        ({"noise": float("nan")}, "--noise=nan must be a finite number >= 0"),
+        ({"noise_smoothing": -1.0}, "--noise_smoothing=-1.0 must be a finite number >= 0"),
+        ({"min_norm": float("nan")}, "--min_norm=nan must be a finite number >= 0"),
+        ({"min_norm": -5.0}, "--min_norm=-5.0 must be a finite number >= 0"),
         ({"p_random_action": 1.5}, r"--p_random_action=1.5 must be in \[0, 1\]"),
     ],
 )

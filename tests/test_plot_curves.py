@@ -556,6 +556,8 @@ def test_runs_are_found_once_through_links_and_overlapping_arguments(sweep, tmp_
     capsys.readouterr()
     assert pc.find_run_dirs([str(tmp_path / "compare" / "*")]) == [str(tmp_path / "compare" / "baseline")]
     assert f"skipping {tmp_path}/compare/deleted_run: a broken symbolic link" in capsys.readouterr().err
+    assert pc.find_run_dirs([str(tmp_path / "compare")]) == [str(tmp_path / "compare" / "baseline")]
+    assert f"skipping {tmp_path}/compare/deleted_run: a broken symbolic link" in capsys.readouterr().err
     with pytest.raises(pc.InputError, match=r"deleted_run: a broken symbolic link \(to .*gone\)"):
         pc.find_run_dirs([str(tmp_path / "compare" / "deleted_run")])
 
