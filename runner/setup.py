@@ -201,22 +201,23 @@ def trajectory_lengths(terminals: np.ndarray) -> np.ndarray:
     return np.diff(bounds).astype(int)
 
 
-def check_dataset_windows(dataset: Dataset, horizon_length: int, what: str = "the offline dataset") -> bool:
-    """`ValueError` when `dataset` cannot yield one window of `horizon_length` rows.
+def check_dataset_windows(
+    dataset: Dataset, horizon_length: int, what: str = "the offline dataset", flag: str = "--horizon_length"
+) -> bool:
+    """`ValueError` when `dataset` cannot yield one window of `horizon_length` rows (`flag` names the setting).
 
     Logs a warning (and returns False) when every trajectory is shorter than `horizon_length`:
     then every window crosses a trajectory end and every critic target has `valid = 0`.
     """
     if dataset.size < horizon_length:
-        raise ValueError(
-            f"{what} has {dataset.size} rows, fewer than --horizon_length={horizon_length}: no window can be drawn."
-        )
+        raise ValueError(f"{what} has {dataset.size} rows, fewer than {flag}={horizon_length}: no window can be drawn.")
     lengths = trajectory_lengths(dataset["terminals"])
     if len(lengths) and lengths.max() < horizon_length:
         logging.warning(
-            "Every trajectory of %s is shorter than --horizon_length=%d (longest: %d rows): every critic "
+            "Every trajectory of %s is shorter than %s=%d (longest: %d rows): every critic "
             "target has valid = 0, so the critic never learns.",
             what,
+            flag,
             horizon_length,
             lengths.max(),
         )
@@ -508,7 +509,12 @@ def setup_runs(cfg) -> List[Run]:
         check_dataset_fits_env(first_dataset, env_data.env, cfg.env_name, what)
         spec = agents.get(cfg.agent["agent_name"])
         check_goal_conditioning(spec, env_data, cfg.env_name)
-        check_dataset_windows(first_dataset, cfg.window_length, what)
+        flag = "--horizon_length" if cfg.horizon_length is not None else "the agent's window length"
+        check_dataset_windows(first_dataset, cfg.window_length, what, flag)
+        try:  # the agent's own batch source, built once here: a window it cannot draw is found before any run starts
+            (spec.windows or ChunkWindows)(first_dataset, cfg.agent)
+        except ValueError as e:
+            raise ValueError(f"{what}: {e}") from None
         check_memory(cfg, first_dataset, first_dataset.sample(1, idxs=np.zeros(1, dtype=int)))
         if cfg.video_episodes > 0:
             check_rendering(cfg.env_name, env_data.eval_env)

@@ -53,6 +53,7 @@ import bench_reference  # noqa: E402
 
 QCFQL = dict(actor_type="distill-ddpg", alpha=100.0)
 METHODS = {"qc": dict(actor_type="best-of-n", actor_num_samples=32), "qcfql": QCFQL}
+SECTIONS = ("updates", "seeds", "dispatch", "eval", "memory", "generation")
 ENV_NAME = "cube-double-play-singletask-task2-v0"
 
 
@@ -88,6 +89,21 @@ def parse_args(argv=None):
                  "decisions"):  # fmt: skip
         if getattr(args, name) < 1:
             p.error(f"--{name} must be >= 1")
+    if args.rows <= 5:
+        p.error(f"--rows={args.rows} must be > 5 (one window of h=5 steps)")
+    for name in args.sections.split(","):
+        if name not in SECTIONS:
+            p.error(f"--sections: unknown section {name!r}; sections are {', '.join(SECTIONS)}")
+    for name in args.methods.split(","):
+        if name not in METHODS:
+            p.error(f"--methods: unknown method {name!r}; methods are {', '.join(METHODS)}")
+    for name in ("utd", "seeds", "dispatch"):
+        try:
+            values = _ints(getattr(args, name))
+        except ValueError:
+            values = []
+        if not values or min(values) < 1:
+            p.error(f"--{name}={getattr(args, name)} must be comma-separated integers >= 1")
     if args.reference_dir is not None:
         args.reference_dir = os.path.abspath(os.path.expanduser(args.reference_dir))
         if not os.path.isfile(os.path.join(args.reference_dir, "agents", "acfql.py")):
@@ -487,8 +503,6 @@ def main(args):
     sections = {"updates": section_updates, "seeds": section_seeds, "dispatch": section_dispatch, "eval": section_eval,
                 "memory": section_memory, "generation": section_generation}  # fmt: skip
     for name in args.sections.split(","):
-        if name not in sections:
-            raise SystemExit(f"unknown section {name!r}; sections are {sorted(sections)}")
         sections[name](args, rows)
     print(f"load {os.getloadavg()[0]:.2f}")
     print("\n| section | setting | ours | authors' code | unit |\n| --- | --- | --- | --- | --- |")

@@ -68,7 +68,7 @@ BENCHMARKS = {
 }
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--only",
@@ -79,7 +79,9 @@ def main():
     parser.add_argument("--list", action="store_true", help="list the sections and exit")
     parser.add_argument("--repeats", type=int, default=50, help="timed calls per figure (median reported)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed calls before timing")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.repeats < 1 or args.warmup < 0:
+        parser.error(f"--repeats={args.repeats} must be >= 1 and --warmup={args.warmup} >= 0")
     if args.list:
         for name, fn in BENCHMARKS.items():
             print(f"{name}: {fn.__doc__.splitlines()[0]}")

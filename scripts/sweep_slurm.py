@@ -45,8 +45,19 @@ OWN_OPTIONS = {
     "wrap": None,
     "test-only": None,
     "parsable": None,
+    # One run is one process on one node: more tasks would start the same run several times at once.
+    "nodes": None,
+    "ntasks": None,
+    "ntasks-per-node": None,
+    # SLURM takes one way of sizing memory and CPUs; the sweep's is --mem and --cpus-per-task.
+    "mem-per-cpu": "--mem_gb",
+    "mem-per-gpu": "--mem_gb",
+    "cpus-per-gpu": "--cpus_per_job",
 }
+_ALTERNATIVES = {"mem-per-cpu": "--mem", "mem-per-gpu": "--mem", "cpus-per-gpu": "--cpus-per-task"}
 GPU_OPTIONS = ("gpus", "gpus-per-task", "gpus-per-socket", "gres", "tres-per-task", "tres-per-node")
+# Options that are nothing without a value (a bare `#SBATCH --gres` line).
+VALUE_OPTIONS = GPU_OPTIONS + ("exclude", "nodelist", "reservation", "wckey", "licenses", "comment", "cluster")
 _OPTION_RE = re.compile(r"^(?:--)?([a-z][a-z0-9-]*)(?:[= ](.*))?$", re.S)
 
 
@@ -139,7 +150,12 @@ def parse_sbatch_options(options: List[str]) -> Dict[str, object]:
         key, value = m.group(1), m.group(2)
         if key in OWN_OPTIONS:
             instead = f"; use the sweep's {OWN_OPTIONS[key]}" if OWN_OPTIONS[key] else ""
+            if key in _ALTERNATIVES:
+                raise InputError(f"--sbatch={text}: the sweep writes {_ALTERNATIVES[key]}, which SLURM does not take "
+                                 f"beside --{key}{instead}")  # fmt: skip
             raise InputError(f"--sbatch={text}: the sweep writes --{key} itself{instead}")
+        if key in VALUE_OPTIONS and not (value or "").strip():
+            raise InputError(f"--sbatch={text}: --{key} needs a value, e.g. --sbatch=--{key}=...")
         if key in parsed:
             raise InputError(f"--sbatch: --{key} is given twice")
         parsed[key] = True if value is None else value.strip()

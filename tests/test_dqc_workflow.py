@@ -88,6 +88,10 @@ def test_dqc_method_and_a_sweep_over_the_chunk_sizes(tmp_path, dataset_path):
     # --method=dqc fixes h=25, h_a=5: other chunk sizes are another method (or none), refused.
     _, result = _run(save, "m", dataset_path, *method, expect=2)
     assert "contradict --method=dqc" in result.stderr
+    # A backup horizon no trajectory holds: one line at start-up, no run directory (not a traceback at step 1).
+    _, result = _run(save, "long", dataset_path, "--agent.backup_horizon=100", expect=2)
+    assert "no trajectory is long enough for a window of backup_horizon=100 " in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and not os.path.exists(os.path.join(save, "g", "long"))
     run_dir, _ = _run(
         save, "m2", dataset_path, "--method=dqc", "--agent.backup_horizon=25", "--agent.policy_chunk_size=5"
     )

@@ -7,6 +7,7 @@ generated dataset, a few steps each.
 """
 
 import csv
+import ctypes.util
 import json
 import math
 import os
@@ -156,3 +157,17 @@ def test_bad_input_is_one_clear_line(args, message, tmp_path, dataset_path):
     assert not os.path.exists(os.path.join(tmp_path, "Debug")) or not any(
         "eval.csv" in files for _, _, files in os.walk(tmp_path)
     )  # nothing trained, nothing evaluated
+
+
+def test_a_mujoco_gl_backend_that_cannot_start_is_one_line(tmp_path):
+    """dm_control picks the backend when it is imported (the drivers import it at start-up): an unknown name, or one
+    whose library is missing, is one line naming MUJOCO_GL, not an OpenGL traceback."""
+    backends = ["glx"] + (["osmesa"] if ctypes.util.find_library("OSMesa") is None else [])
+    for backend in backends:
+        cmd = [sys.executable, "main.py", f"--save_dir={tmp_path}", "--env_name=cube-single-play-singletask-task1-v0"]
+        env = dict(os.environ, JAX_PLATFORMS="cpu", MUJOCO_GL=backend, PYOPENGL_PLATFORM=backend)
+        result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 2, result.stderr[-2000:]
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: MUJOCO_GL={backend} cannot start"), result.stderr
+    assert not os.listdir(tmp_path)

@@ -79,6 +79,19 @@ def test_sbatch_options_become_sbatch_lines_and_no_wckey():
         ("--sbatch=--signal=B:USR1@60", "writes --signal itself; use the sweep's --slurm_signal_delay_s"),
         ("--sbatch=-A proj", "write one long sbatch option"),
         ("--sbatch=--partition=gpu", "use the sweep's --partition"),
+        # One run, one process: more nodes or tasks would start the same run several times at once.
+        ("--sbatch=--nodes=2", "the sweep writes --nodes itself"),
+        ("--sbatch=--ntasks=3", "the sweep writes --ntasks itself"),
+        ("--sbatch=--ntasks-per-node=2", "the sweep writes --ntasks-per-node itself"),
+        (
+            "--sbatch=--mem-per-cpu=1G",
+            "writes --mem, which SLURM does not take beside --mem-per-cpu; use the sweep's --mem_gb",
+        ),
+        (
+            "--sbatch=--cpus-per-gpu=4",
+            "--cpus-per-task, which SLURM does not take beside --cpus-per-gpu; use the sweep's --cpus_per_job",
+        ),
+        ("--sbatch=--gres", "--gres needs a value"),
     ],
 )
 def test_sbatch_options_the_sweep_owns_are_refused(capsys, option, message):
