@@ -58,6 +58,7 @@ import ogbench
 import ogbench.utils
 
 from envs import ogbench_utils, provenance, robomimic_utils
+from utils.files import existing_ancestor
 from utils.progress import progress as progress_bar
 from utils.startup import quiet_startup
 
@@ -488,9 +489,7 @@ def download(
             raise DownloadError(f"--{url_flag}={url!r} is not a valid URL ({e}).") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise DownloadError(f"--{url_flag}={url!r} is not an http(s) URL (a mirror is served as http://host/path).")
-        folder = os.path.abspath(os.path.expanduser(directory))
-        while not os.path.exists(folder):
-            folder = os.path.dirname(folder)
+        folder = existing_ancestor(directory)
         if not os.path.isdir(folder):
             raise DownloadError(
                 f"--{dir_flag}={directory}: {folder} is a file, not a directory; nothing was downloaded."

@@ -106,6 +106,7 @@ from envs.ogbench_utils import (
     val_path_for,
 )
 from envs.provenance import GENERATOR_METADATA_KEY, encode_generator_metadata
+from utils.files import existing_ancestor
 from utils.progress import progress as progress_bar
 from utils.startup import quiet_startup
 
@@ -458,9 +459,7 @@ def check_targets(env_name: str, save_path: str | None, dataset_type: str | None
             raise FileExistsError(f"{p} exists; pass --overwrite to replace it (runs trained on it would then refuse "
                                   "to resume: their recorded sha256 would no longer match).")  # fmt: skip
     # The directory must take files now: finding out after the episodes are generated loses them.
-    folder = os.path.dirname(os.path.abspath(train_path))
-    while not os.path.exists(folder):
-        folder = os.path.dirname(folder)
+    folder = existing_ancestor(os.path.dirname(os.path.abspath(train_path)))
     if not os.path.isdir(folder):
         raise ValueError(f"cannot write {train_path}: {folder} is a file, not a directory.")
     try:

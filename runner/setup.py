@@ -346,6 +346,13 @@ def check_rendering(env_name: str, env) -> None:
         )
 
 
+def _taken(run_name: str, run_dirs: List[str]) -> str:
+    return (
+        f"--run_name={run_name}: {', '.join(run_dirs)} exists already (another run's files are never overwritten); "
+        "choose another --run_name or --run_group, or pass --resume to continue it."
+    )
+
+
 def _make_run_dir(cfg):
     """`(name, run_dir)`: the run's directory, created (a fresh run) and locked for this process's life."""
     parent = os.path.join(cfg.save_dir, cfg.run_group)
@@ -357,10 +364,7 @@ def _make_run_dir(cfg):
         try:
             run_dir = make_run_dir(parent, exp_name)
         except FileExistsError:
-            raise ValueError(
-                f"--run_name={exp_name}: {os.path.join(parent, exp_name)} exists already (another run's files are "
-                "never overwritten); choose another --run_name or --run_group, or pass --resume to continue it."
-            ) from None
+            raise ValueError(_taken(exp_name, [os.path.join(parent, exp_name)])) from None
     else:
         for _ in range(10):  # a name collision needs the same second and the same 32 random bits
             exp_name = get_exp_name(cfg.env_name, cfg.seed)
@@ -469,10 +473,7 @@ def setup_runs(cfg) -> List[Run]:
         records = resume.check_runs(configs) if cfg.resume else [None] * len(configs)
         taken = [resume.run_dir_of(c) for c in configs if c.run_name and os.path.exists(resume.run_dir_of(c))]
         if not cfg.resume and taken:  # before any seed's directory is made: a group is created whole or not at all
-            raise ValueError(
-                f"--run_name={cfg.run_name}: {', '.join(taken)} exists already (another run's files are never "
-                "overwritten); choose another --run_name or --run_group, or pass --resume to continue it."
-            )
+            raise ValueError(_taken(cfg.run_name, taken))
         try:
             env_data = make_env_and_datasets(
                 cfg.env_name,

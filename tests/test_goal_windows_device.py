@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from agents.dqc import DQCAgent, get_config
+from tests.test_device_sampler import assert_trees_close, run_grouped
 from utils import goal_windows
 from utils.device_sampler import offline_updates
 from utils.goal_windows import DeviceGoalWindows, GoalWindows
@@ -170,19 +171,6 @@ def setup():
     return agent, host, DeviceGoalWindows.create(host)
 
 
-def run_grouped(agent, sampler, key, groups):
-    step = 1
-    for k in groups:
-        agent, info = offline_updates(agent, sampler, key, step, num_steps=k)
-        step += k
-    return agent, info
-
-
-def assert_trees_equal(a, b, **tol):
-    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), **tol)
-
-
 def test_k_grouping_through_offline_updates_gives_the_same_agent(setup):
     agent, host, device = setup
     key = jax.random.PRNGKey(7)
@@ -191,8 +179,8 @@ def test_k_grouping_through_offline_updates_gives_the_same_agent(setup):
     threes, info_threes = run_grouped(agent, device, key, [3, 3])
     tol = dict(rtol=0.0, atol=0.0) if jax.default_backend() == "cpu" else dict(rtol=1e-6, atol=1e-7)
     for other, info in ((six, info_six), (threes, info_threes)):
-        assert_trees_equal(other, one, **tol)
-        assert_trees_equal(info, info_one, **tol)
+        assert_trees_close(other, one, **tol)
+        assert_trees_close(info, info_one, **tol)
     assert int(one.network.step) == int(agent.network.step) + 6
     assert all(np.isfinite(np.asarray(v)) for v in info_one.values())
 
@@ -207,7 +195,7 @@ def test_offline_updates_equal_host_updates_on_the_same_windows(setup):
         goal_idxs = idxs + np.asarray(batch["high_value_offsets"])
         expected, _ = expected.update(host.sample(BATCH, np.random.default_rng(0), idxs=idxs, goal_idxs=goal_idxs))
     got, _ = offline_updates(agent, device, key, first, num_steps=k)
-    assert_trees_equal(got, expected, rtol=1e-5, atol=1e-6)
+    assert_trees_close(got, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_vmap_over_seeds_equals_each_seed_alone(setup):
@@ -222,5 +210,5 @@ def test_vmap_over_seeds_equals_each_seed_alone(setup):
     together, infos = run(stacked, device, keys, 1)
     for i, single in enumerate((agent, other)):
         alone, info = offline_updates(single, device, keys[i], 1, num_steps=3)
-        assert_trees_equal(jax.tree_util.tree_map(lambda x, i=i: x[i], together), alone, rtol=1e-5, atol=1e-6)
-        assert_trees_equal(jax.tree_util.tree_map(lambda x, i=i: x[i], infos), info, rtol=1e-5, atol=1e-5)
+        assert_trees_close(jax.tree_util.tree_map(lambda x, i=i: x[i], together), alone, rtol=1e-5, atol=1e-6)
+        assert_trees_close(jax.tree_util.tree_map(lambda x, i=i: x[i], infos), info, rtol=1e-5, atol=1e-5)

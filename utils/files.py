@@ -34,6 +34,15 @@ def atomic_write(path: str, data: Union[str, bytes]):
             os.remove(tmp)
 
 
+def existing_ancestor(path: str) -> str:
+    """The nearest of `path` and its parent directories that exists (absolute, `~` expanded): where a file
+    at `path` would be created. It may be a file (then nothing can be written under it)."""
+    folder = os.path.abspath(os.path.expanduser(path))
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    return folder
+
+
 def non_file_kind(path: str) -> Union[str, None]:
     """What `path` is when it exists but is no regular file ('a directory', 'a character device', ...), else None."""
     try:
