@@ -26,6 +26,14 @@ PROBLEMS: Dict[str, str] = {}
 CLASHES: Dict[str, List[str]] = {}
 
 
+def _clash_message(name: str) -> str:
+    first, second = CLASHES[name]
+    return (
+        f"two files define agent {name!r}: {first} and {second}; give the new one its own name (SPEC name= and "
+        "get_config()'s agent_name): agents/README.md."
+    )
+
+
 def register(spec: AgentSpec, config_file: Optional[str] = None) -> AgentSpec:
     """Add `spec` under `spec.name`; returns it. Registering the same file again (or without a file, as a
     test does) replaces the entry.
@@ -36,14 +44,11 @@ def register(spec: AgentSpec, config_file: Optional[str] = None) -> AgentSpec:
     """
     path = os.path.abspath(config_file) if config_file is not None else None
     known = CONFIG_FILES.get(spec.name)
-    if path is not None and known is not None and path != known and os.path.realpath(known) == os.path.realpath(path):
-        return REGISTRY[spec.name]  # a link to the registered file: the file as first registered stays its path
-    if path is not None and known is not None and os.path.realpath(known) != os.path.realpath(path):
+    if path is not None and known is not None and path != known:
+        if os.path.realpath(known) == os.path.realpath(path):
+            return REGISTRY[spec.name]  # a link to the registered file: the file as first registered stays its path
         CLASHES[spec.name] = [known, path]
-        raise ValueError(
-            f"two files define agent {spec.name!r}: {known} and {path}; give the new one its own name (SPEC "
-            "name= and get_config()'s agent_name): agents/README.md."
-        )
+        raise ValueError(_clash_message(spec.name))
     for other in REGISTRY.values():
         shared = sorted(set(other.methods) & set(spec.methods))
         if other.name != spec.name and shared:
@@ -103,11 +108,7 @@ def get(name: str) -> AgentSpec:
     """The spec of agent `name`; `ValueError` naming the known agents for another name (and the files of
     agents/ that could not be loaded), or both files when two define `name`."""
     if name in CLASHES:
-        first, second = CLASHES[name]
-        raise ValueError(
-            f"two files define agent {name!r}: {first} and {second}; give the new one its own name (SPEC name= "
-            "and get_config()'s agent_name): agents/README.md."
-        )
+        raise ValueError(_clash_message(name))
     if name not in REGISTRY:
         broken = "".join(f"; {path} could not be loaded ({why})" for path, why in sorted(PROBLEMS.items()))
         raise ValueError(
