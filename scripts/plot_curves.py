@@ -70,6 +70,7 @@ for _path in (ROOT, os.path.join(ROOT, "scripts")):
         sys.path.insert(0, _path)
 
 # The parts, reachable as attributes of this module (tests: `plot_curves.plot_figure._isolated`).
+import plot_compare  # noqa: E402
 import plot_figure  # noqa: E402,F401
 import plot_paper  # noqa: E402,F401
 import plot_runs  # noqa: E402,F401
@@ -165,6 +166,12 @@ def make_parser() -> argparse.ArgumentParser:
         "iqm: interquartile mean over seeds, per domain over all runs and tasks.",
     )
     parser.add_argument("--per_task", action="store_true", help="One panel per task instead of one per domain.")
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="Also write compare.md, compare.csv and compare.png: every (task, method, step) of runs at the "
+        "paper's settings beside the released curve, with the verdict of docs/results.md.",
+    )
     parser.add_argument("--no_paper", action="store_true", help="Do not overlay the paper's released curves.")
     parser.add_argument(
         "--paper_dir",
@@ -257,6 +264,17 @@ def run(args, wandb_api=None) -> int:
         f.write(build_table(runs, paper, args.aggregate, args.reps, args.seed, offset, inputs.strip()))
     csv_path = os.path.join(args.out_dir, "curves.csv")
     write_curves_csv(csv_path, curves)
+    if args.compare:
+        if not paper:
+            raise InputError("--compare needs the paper's curves: drop --no_paper")
+        rows = plot_compare.compare_rows(runs, paper, args.reps, args.seed)
+        with open(os.path.join(args.out_dir, "compare.md"), "w") as f:
+            f.write(plot_compare.compare_table(rows, inputs.strip()))
+        plot_compare.write_compare_csv(os.path.join(args.out_dir, "compare.csv"), rows)
+        if rows:
+            plot_compare.draw_compare(rows, paper, os.path.join(args.out_dir, "compare.png"))
+        said = ", ".join(f"{sum(r.verdict == v for r in rows)} {v}" for v in ("reproduced", "below", "above"))
+        print(f"compared {len(rows)} (task, method, step) rows with the released curves: {said}")
     longest = max(int(r.x(offset).max()) for r in runs)
     if paper and longest < 0.2 * 2 * PAPER_OFFLINE_STEPS:
         print(f"note: the runs reach step {longest:,}; the paper's curves span 2M steps (--no_paper to zoom in)")

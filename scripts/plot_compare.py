@@ -1,0 +1,206 @@
+"""Our runs against the released curves, row by row: `compare.md`, `compare.csv` and `compare.png`.
+
+A row is one (task, paper method, step) where runs at the paper's settings and the released curve
+(`data/paper/`) both have a value. The verdict is the rule written in docs/results.md, section 1, before any
+reproduction run: `z = (m - p) / sqrt(se_m^2 + se_p^2)` with the released standard error read off its 95%
+interval, `se_p = (h - l) / (2 * 1.96)`, and our mean's `se_m = s / sqrt(n)`, where the per-seed spread
+`s^2 = max(n_p * se_p^2, q (1 - q) / E)`, `q = (p E + 1) / (E + 2)`; reproduced when `|z| <= 1.96`.
+"""
+
+import csv
+import dataclasses
+import math
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+from plot_paper import PAPER_OFFLINE_STEPS
+from plot_runs import ROBOMIMIC_DOMAINS, Run, task_key
+from plot_stats import stratified_interval
+
+Z95 = 1.96
+# Seeds behind each released curve (the paper's section 5): 4 per OGBench task, 5 per robomimic task.
+PAPER_SEEDS_OGBENCH, PAPER_SEEDS_ROBOMIMIC = 4, 5
+
+
+@dataclasses.dataclass
+class Row:
+    """One compared point. `values`: our seeds' success rates at `step`; `low`/`high`: our 95% bootstrap
+    interval over seeds; `paper_*`: the released mean and interval at `step`; `z`, `verdict` as in the module
+    docstring (`verdict` None where the released curve has no interval)."""
+
+    task: str
+    method: str
+    step: int
+    seeds: List[int]
+    episodes: int
+    values: List[float]
+    mean: float
+    low: float
+    high: float
+    paper_mean: float
+    paper_low: Optional[float]
+    paper_high: Optional[float]
+    paper_seeds: int
+    se: float
+    paper_se: Optional[float]
+    z: Optional[float]
+    verdict: Optional[str]
+    data: str
+
+
+def verdict(values: Sequence[float], episodes: int, p: float, low, high, paper_seeds: int):
+    """`(se_m, se_p, z, verdict)` for our seeds' `values` (each over `episodes` episodes) against the
+    released mean `p` with interval `[low, high]` over `paper_seeds` seeds (docs/results.md, section 1).
+    Without a released interval: `(se_m, None, None, None)` with `se_m` from the binomial floor alone."""
+    n, m = len(values), float(np.mean(values))
+    q = (p * episodes + 1) / (episodes + 2)
+    binomial = q * (1 - q) / episodes
+    if low is None or high is None:
+        return math.sqrt(binomial / n), None, None, None
+    se_p = (high - low) / (2 * Z95)
+    spread = max(paper_seeds * se_p**2, binomial)
+    se_m = math.sqrt(spread / n)
+    z = (m - p) / math.sqrt(se_m**2 + se_p**2)
+    return se_m, se_p, z, "reproduced" if abs(z) <= Z95 else ("below" if z < 0 else "above")
+
+
+def at_paper_settings(run: Run) -> bool:
+    """A run of a paper method whose label names no setting that differs from the paper's."""
+    return run.method is not None and run.label.removesuffix(" (generated data)") == run.method
+
+
+def paper_step(run: Run, step: int) -> Optional[int]:
+    """`step` of `run` on the paper's axis (1M offline steps, then 1M online), or None where the run's
+    phases do not line up with the paper's (an online step after fewer than 1M offline steps)."""
+    if run.driver == "main_online":
+        return PAPER_OFFLINE_STEPS + step
+    if step <= run.offline_steps or run.offline_steps == PAPER_OFFLINE_STEPS:
+        return step
+    return None
+
+
+def data_text(run: Run) -> str:
+    """`generated 01d3f511e206` (source and sha256 prefix of each training file the run read)."""
+    files = [d for d in (run.record or {}).get("datasets") or () if isinstance(d, dict) and d.get("role") != "val"]
+    parts = sorted({f"{d.get('source', 'unknown')} {(d.get('sha256') or '?')[:12]}" for d in files})
+    return "; ".join(parts) or "unknown"
+
+
+def compare_rows(runs: Sequence[Run], paper: Dict, reps: int, seed: int) -> List[Row]:
+    """Every row, sorted by task, method and step."""
+    groups: Dict[tuple, List[Run]] = {}
+    for run in runs:
+        if at_paper_settings(run) and ("task", run.task, run.method) in paper:
+            groups.setdefault((run.task, run.method), []).append(run)
+    rows = []
+    for (task, method), group in sorted(groups.items(), key=lambda kv: (task_key(kv[0][0]), kv[0][1])):
+        curve = paper[("task", task, method)]
+        points: Dict[int, List[tuple]] = {}
+        for run in group:
+            for step, value in zip(run.steps, run.success, strict=True):
+                x = paper_step(run, int(step))
+                if x is not None and math.isfinite(value) and curve.at(x / 1e6) is not None:
+                    points.setdefault(x, []).append((run, float(value)))
+        for x, hits in sorted(points.items()):
+            values = [v for _, v in hits]
+            episodes = min(int(r.record["flags"]["eval_episodes"]) for r, _ in hits)
+            p, low, high = curve.at(x / 1e6)
+            paper_seeds = PAPER_SEEDS_ROBOMIMIC if group[0].domain in ROBOMIMIC_DOMAINS else PAPER_SEEDS_OGBENCH
+            se, se_p, z, said = verdict(values, episodes, p, low, high, paper_seeds)
+            point, ci_low, ci_high = stratified_interval([np.array(values)[:, None]], "mean", reps, seed)
+            rows.append(
+                Row(task, method, x, sorted(r.seed for r, _ in hits), episodes, values, float(point[0]),
+                    float(ci_low[0]), float(ci_high[0]), float(p), low, high, paper_seeds, se, se_p, z, said,
+                    "; ".join(sorted({data_text(r) for r, _ in hits})))  # fmt: skip
+            )
+    return rows
+
+
+def _num(value: Optional[float], digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def compare_table(rows: Sequence[Row], inputs: str) -> str:
+    """`compare.md`: one line per row, then what the columns are and the rule."""
+    lines = [
+        "# Our runs against the released curves",
+        "",
+        f"Runs: {inputs}. Rule (docs/results.md, section 1): reproduced when |z| <= 1.96.",
+        "",
+        "| task | method | step | seeds | episodes | ours: mean [95% CI over seeds] | released: mean [95% CI] "
+        "(seeds) | z | verdict | data (source sha256) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.task} | {r.method} | {r.step:,} | {','.join(map(str, r.seeds))} | {r.episodes} | "
+            f"{r.mean:.3f} [{r.low:.3f}, {r.high:.3f}] | {r.paper_mean:.3f} [{_num(r.paper_low)}, "
+            f"{_num(r.paper_high)}] ({r.paper_seeds}) | {_num(r.z, 2)} | {r.verdict or '— (no released CI)'} | "
+            f"{r.data} |"
+        )
+    if not rows:
+        lines.append("| (no run at the paper's settings has a step the released curves have) |||||||||||")
+    lines += [
+        "",
+        "- step: on the paper's axis (1M offline gradient steps, then 1M online environment steps);",
+        "- ours: the mean over our seeds and rliable's 95% percentile bootstrap over them (zero width for one seed);",
+        "- released: data/paper/ogbench-individual.csv (or robomimic-individual.csv), mean over the paper's seeds;",
+        "- z: (ours - released) / sqrt(se_ours^2 + se_released^2), with se_ours counting seed spread and the "
+        "binomial noise of the episodes (docs/results.md);",
+        "- data: each training file's source (official or generated) and sha256 prefix.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_compare_csv(path: str, rows: Sequence[Row]):
+    columns = ["task", "method", "step", "seeds", "episodes", "values", "mean", "ci_low", "ci_high"]
+    columns += ["paper_mean", "paper_ci_low", "paper_ci_high", "paper_seeds", "se", "paper_se", "z", "verdict", "data"]
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        for r in rows:
+            writer.writerow(
+                [r.task, r.method, r.step, " ".join(map(str, r.seeds)), r.episodes, " ".join(f"{v:g}" for v in r.values)]
+                + [f"{v:.6g}" if v is not None else "" for v in (r.mean, r.low, r.high, r.paper_mean, r.paper_low)]
+                + [f"{v:.6g}" if v is not None else "" for v in (r.paper_high,)]
+                + [r.paper_seeds]
+                + [f"{v:.6g}" if v is not None else "" for v in (r.se, r.paper_se, r.z)]
+                + [r.verdict or "", r.data]
+            )
+
+
+def draw_compare(rows: Sequence[Row], paper: Dict, path: str):
+    """One axis per task: each method's released curve (line and 95% band) up to a step past our last
+    compared step, our seeds (dots) and our mean with +-1.96 se (the spread the verdict uses)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = sorted({r.task for r in rows}, key=task_key)
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.4), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, task in zip(axes[0], tasks, strict=True):
+        in_task = [r for r in rows if r.task == task]
+        last = max(r.step for r in in_task) / 1e6
+        for i, method in enumerate(sorted({r.method for r in in_task})):
+            color, curve = colors[i % len(colors)], paper[("task", task, method)]
+            shown = curve.x <= last + 0.1 + 1e-9
+            ax.plot(curve.x[shown], curve.mean[shown], "--", color=color, label=f"{method}, released")
+            if curve.low is not None:
+                ax.fill_between(curve.x[shown], curve.low[shown], curve.high[shown], color=color, alpha=0.15)
+            mine = [r for r in in_task if r.method == method]
+            x = np.array([r.step / 1e6 for r in mine])
+            ax.errorbar(x, [r.mean for r in mine], yerr=[Z95 * r.se for r in mine], fmt="o", color=color,
+                        capsize=4, label=f"{method}, ours ({len(mine[0].seeds)} seed(s))")  # fmt: skip
+            for r in mine:
+                ax.plot([r.step / 1e6] * len(r.values), r.values, ".", color=color, alpha=0.5)
+        ax.set_title(task, fontsize=10)
+        ax.set_xlabel("steps (millions; 1M offline, then online)")
+        ax.set_ylim(-0.03, 1.03)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("success rate")
+    axes[0][0].legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

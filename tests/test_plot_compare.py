@@ -1,0 +1,137 @@
+"""`scripts/plot_curves.py --compare`: our runs beside the released curves, with docs/results.md's verdict.
+
+Two fake QC-FQL runs at the paper's settings on puzzle-3x3 task 2 (seeds 0 and 1, 50 episodes each) and a
+released-curve stub; every number of the table is computed by hand below. A run at other settings and a
+run whose online phase does not line up with the paper's axis add no row.
+"""
+
+import csv
+import importlib.util
+import json
+import os
+
+import pytest
+from PIL import Image
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_spec = importlib.util.spec_from_file_location("plot_curves", os.path.join(ROOT, "scripts", "plot_curves.py"))
+pc = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(pc)
+
+ENV = "puzzle-3x3-play-singletask-task2-v0"
+TASK = "puzzle-3x3-play-task2"
+AGENT = {"agent_name": "acfql", "actor_type": "distill-ddpg", "action_chunking": True, "alpha": 300.0}
+SHA = "0123456789abcdef" * 4
+# The released stub: QC-FQL at 0.0, 0.1 (a wide interval) and 0.2M (an empty interval) steps.
+PAPER_ROWS = [(0.0, 0.0, 0.0, 0.0), (0.1, 0.69, 0.225, 0.945), (0.2, 0.5, 0.5, 0.5)]
+
+
+def write_run(directory, seed, rows, alpha=300.0, offline_steps=200000, online_steps=0):
+    os.makedirs(directory)
+    record = {
+        "driver": "main",
+        "flags": {
+            "env_name": ENV,
+            "seed": seed,
+            "offline_steps": offline_steps,
+            "online_steps": online_steps,
+            "horizon_length": 5,
+            "eval_episodes": 50,
+            "sparse": True,
+        },
+        "agent": {**AGENT, "alpha": alpha, "horizon_length": 5, "discount": 0.99, "batch_size": 256},
+        "task_id": 2,
+        "datasets": [
+            {"role": "train", "source": "generated", "sha256": SHA},
+            {"role": "val", "source": "generated", "sha256": "f" * 64},
+        ],
+    }
+    with open(os.path.join(directory, "flags.json"), "w") as f:
+        json.dump(record, f)
+    with open(os.path.join(directory, "eval.csv"), "w") as f:
+        f.write("step,success\n" + "".join(f"{s},{v}\n" for s, v in rows))
+
+
+@pytest.fixture
+def compared(tmp_path):
+    paper = tmp_path / "paper"
+    paper.mkdir()
+    header = "task,method,steps_millions,mean,ci_low,ci_high\n"
+    (paper / "ogbench-individual.csv").write_text(
+        header + "".join(f"{TASK},QC-FQL,{x},{m},{lo},{hi}\n" for x, m, lo, hi in PAPER_ROWS)
+    )
+    (paper / "ogbench-agg.csv").write_text(header)
+    (paper / "robomimic-individual.csv").write_text(header)
+    runs = tmp_path / "exp"
+    write_run(runs / "sd0", 0, [(100000, 0.6), (150000, 0.9), (200000, 0.3)])  # 150k: no released point
+    write_run(runs / "sd1", 1, [(100000, 0.8), (200000, 0.34)])
+    write_run(runs / "alpha100", 2, [(100000, 0.0)], alpha=100.0)  # not the paper's alpha: not compared
+    write_run(runs / "online", 3, [(100000, 0.1), (200000, 0.1)], offline_steps=100000, online_steps=100000)
+    out = tmp_path / "out"
+    argv = [str(runs), f"--paper_dir={paper}", f"--out_dir={out}", "--compare", "--reps=500"]
+    assert pc.main(argv) == 0
+    with open(out / "compare.csv") as f:
+        return list(csv.DictReader(f)), out
+
+
+def test_rows_and_every_number(compared):
+    rows, _ = compared
+    # The online run's 100k point is its last offline step (seed 3 joins that row); its 200k point is online
+    # after 100k offline steps, which the paper's axis does not have.
+    assert [(r["step"], r["seeds"]) for r in rows] == [("100000", "0 1 3"), ("200000", "0 1")]
+    first, second = rows
+    # 100k: ours 0.6, 0.8, 0.1 -> mean 0.5; released 0.69 [0.225, 0.945].
+    # se_p = 0.72 / 3.92 = 0.183673; per-seed variance 4 se_p^2 = 0.134944 (> the binomial floor
+    # q(1-q)/50 = 0.004332 with q = 35.5/52); se_m = sqrt(0.134944 / 3) = 0.212088;
+    # z = (0.5 - 0.69) / sqrt(0.044981 + 0.033736) = -0.19 / 0.280566 = -0.677203.
+    assert float(first["mean"]) == pytest.approx(0.5)
+    assert (float(first["paper_mean"]), float(first["paper_ci_low"]), float(first["paper_ci_high"])) == (
+        0.69,
+        0.225,
+        0.945,
+    )
+    assert int(first["paper_seeds"]) == 4 and int(first["episodes"]) == 50
+    assert float(first["paper_se"]) == pytest.approx(0.183673, abs=1e-6)
+    assert float(first["se"]) == pytest.approx(0.212088, abs=1e-6)
+    assert float(first["z"]) == pytest.approx(-0.677203, abs=1e-5)
+    assert first["verdict"] == "reproduced"
+    # Our bootstrap over three seeds: the percentile interval lies inside [min, max] of the seeds.
+    assert 0.1 <= float(first["ci_low"]) < 0.5 < float(first["ci_high"]) <= 0.8
+    # 200k: ours 0.3, 0.34 -> 0.32; released 0.5 with an empty interval: se_p = 0 and the spread is the
+    # binomial floor alone, q = 26/52 = 0.5, q(1-q)/50 = 0.005; se_m = sqrt(0.005 / 2) = 0.05;
+    # z = -0.18 / 0.05 = -3.6: below.
+    assert float(second["mean"]) == pytest.approx(0.32)
+    assert float(second["paper_se"]) == 0.0
+    assert float(second["se"]) == pytest.approx(0.05)
+    assert float(second["z"]) == pytest.approx(-3.6)
+    assert second["verdict"] == "below"
+    # Two seeds: every bootstrap mean is 0.3, 0.32 or 0.34, so the interval is [0.3, 0.34].
+    assert (float(second["ci_low"]), float(second["ci_high"])) == pytest.approx((0.3, 0.34))
+    assert second["data"] == f"generated {SHA[:12]}" and second["values"] == "0.3 0.34"
+
+
+def test_markdown_table_and_figure(compared):
+    _, out = compared
+    table = (out / "compare.md").read_text()
+    assert f"| {TASK} | QC-FQL | 100,000 | 0,1,3 | 50 | 0.500 [" in table
+    assert "| 0.690 [0.225, 0.945] (4) | -0.68 | reproduced | generated 0123456789ab |" in table
+    assert "| 0.500 [0.500, 0.500] (4) | -3.60 | below |" in table
+    assert "docs/results.md" in table
+    with Image.open(out / "compare.png") as image:
+        assert image.size == (504, 408)  # one axis (4.2 x 3.4 inches at 120 dpi)
+
+
+def test_the_rule_itself():
+    # A released 0.0 with an empty interval: one success in 50 episodes is within the rule, five are not.
+    compare = pc.plot_compare
+    assert compare.verdict([0.02], 50, 0.0, 0.0, 0.0, 4)[3] == "reproduced"
+    assert compare.verdict([0.1], 50, 0.0, 0.0, 0.0, 4)[3] == "above"
+    # Without a released interval there is no verdict.
+    assert compare.verdict([0.5], 50, 0.5, None, None, 4)[2:] == (None, None)
+
+
+def test_compare_needs_the_paper(tmp_path, capsys):
+    write_run(tmp_path / "exp" / "sd0", 0, [(100000, 0.5)])
+    argv = [str(tmp_path / "exp"), f"--out_dir={tmp_path / 'out'}", "--compare", "--no_paper", "--reps=50"]
+    assert pc.main(argv) == 2
+    assert capsys.readouterr().err.startswith("error: --compare needs the paper's curves")
