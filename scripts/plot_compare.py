@@ -109,9 +109,26 @@ def compare_rows(runs: Sequence[Run], paper: Dict, reps: int, seed: int) -> List
             se, se_p, z, said = verdict(values, episodes, p, low, high, paper_seeds)
             point, ci_low, ci_high = stratified_interval([np.array(values)[:, None]], "mean", reps, seed)
             rows.append(
-                Row(task, method, x, sorted(r.seed for r, _ in hits), episodes, values, float(point[0]),
-                    float(ci_low[0]), float(ci_high[0]), float(p), low, high, paper_seeds, se, se_p, z, said,
-                    "; ".join(sorted({data_text(r) for r, _ in hits})))  # fmt: skip
+                Row(
+                    task,
+                    method,
+                    x,
+                    sorted(r.seed for r, _ in hits),
+                    episodes,
+                    values,
+                    float(point[0]),
+                    float(ci_low[0]),
+                    float(ci_high[0]),
+                    float(p),
+                    low,
+                    high,
+                    paper_seeds,
+                    se,
+                    se_p,
+                    z,
+                    said,
+                    "; ".join(sorted({data_text(r) for r, _ in hits})),
+                )  # fmt: skip
             )
     return rows
 
@@ -159,14 +176,12 @@ def write_compare_csv(path: str, rows: Sequence[Row]):
         writer = csv.writer(f)
         writer.writerow(columns)
         for r in rows:
-            writer.writerow(
-                [r.task, r.method, r.step, " ".join(map(str, r.seeds)), r.episodes, " ".join(f"{v:g}" for v in r.values)]
-                + [f"{v:.6g}" if v is not None else "" for v in (r.mean, r.low, r.high, r.paper_mean, r.paper_low)]
-                + [f"{v:.6g}" if v is not None else "" for v in (r.paper_high,)]
-                + [r.paper_seeds]
-                + [f"{v:.6g}" if v is not None else "" for v in (r.se, r.paper_se, r.z)]
-                + [r.verdict or "", r.data]
-            )
+            numbers = [f"{v:.6g}" if v is not None else "" for v in (r.mean, r.low, r.high, r.paper_mean)]
+            numbers += [f"{v:.6g}" if v is not None else "" for v in (r.paper_low, r.paper_high)]
+            errors = [f"{v:.6g}" if v is not None else "" for v in (r.se, r.paper_se, r.z)]
+            seeds, values = " ".join(map(str, r.seeds)), " ".join(f"{v:g}" for v in r.values)
+            writer.writerow([r.task, r.method, r.step, seeds, r.episodes, values, *numbers, r.paper_seeds, *errors]
+                            + [r.verdict or "", r.data])  # fmt: skip
 
 
 def draw_compare(rows: Sequence[Row], paper: Dict, path: str):

@@ -76,7 +76,7 @@ def ensure_dataset(domain: str, dry_run: bool) -> None:
     generate = [sys.executable, "-m", "envs.generate_dataset", f"--env_name={name}", "--seed=0"]
     generate.append(f"--num_workers={os.cpu_count() or 1}")
     if dry_run:
-        print(f"data: would run {' '.join(download[1:])}, and without network {' '.join(generate[1:])}", file=sys.stderr)
+        print(f"data: would run {' '.join(download[1:])}; without network: {' '.join(generate[1:])}", file=sys.stderr)
         return
     if subprocess.run(download, cwd=ROOT).returncode == 0:
         return
@@ -94,7 +94,8 @@ def sweep_argvs(args, sweep_options: List[str], run_flags: List[str]) -> List[Li
             known = methods.method_names("main") + methods.method_names("main_online")
             raise sweep.InputError(f"--methods: {method} is not a method (one of {', '.join(known)})")
         by_driver.setdefault(driver, []).append(method)
-    name = args.sweep_name or f"repro_{args.domain}_off{steps_text(args.offline_steps)}_on{steps_text(args.online_steps)}"
+    budget = f"off{steps_text(args.offline_steps)}_on{steps_text(args.online_steps)}"
+    name = args.sweep_name or f"repro_{args.domain}_{budget}"
     argvs = []
     for driver, names in by_driver.items():
         phase = [f"--offline_steps={args.offline_steps}"] if driver == "main" else []
