@@ -37,7 +37,6 @@ from runner import methods  # noqa: E402
 
 # The paper's OGBench domains (docs/settings.md); cube-quadruple trains on the 100M shard set instead.
 DOMAINS = ("scene", "puzzle-3x3", "cube-double", "cube-triple")
-DATA_DIR = os.path.expanduser("~/.ogbench/data")
 
 
 def steps_text(steps: int) -> str:
@@ -69,8 +68,9 @@ def make_parser() -> argparse.ArgumentParser:
 def ensure_dataset(domain: str, dry_run: bool) -> None:
     """Put `<domain>-play-v0.npz` in place: download it, or generate it where the host cannot be reached."""
     name = f"{domain}-play-v0"
-    if os.path.isfile(os.path.join(DATA_DIR, f"{name}.npz")):
-        print(f"data: {DATA_DIR}/{name}.npz is there; runs record its source and sha256", file=sys.stderr)
+    path = os.path.join(os.path.expanduser("~/.ogbench/data"), f"{name}.npz")  # where the drivers read it
+    if os.path.isfile(path):
+        print(f"data: {path} is there; runs record its source and sha256", file=sys.stderr)
         return
     download = [sys.executable, "-m", "envs.download_datasets", f"--env_names={name}"]
     generate = [sys.executable, "-m", "envs.generate_dataset", f"--env_name={name}", "--seed=0"]
