@@ -446,7 +446,7 @@ class OnlineCollector:
     `masks = 1 - terminated` (no bootstrap only on a true termination), resets the env and the
     chunk queue at episode ends, and returns the final `info` of a finished episode (else None).
 
-    `state()` / `restore(state)` work at any step, mid-episode too (the README's "Resume and
+    `state()` / `restore(state)` work at any step, mid-episode too (docs/outputs.md, "Resume and
     preemption": the episode is replayed from its start and checked against the saved observation).
     """
 

@@ -64,7 +64,7 @@ Command line (run from the repository root):
 
     python -m envs.generate_dataset --env_name=cube-single-play-v0 --num_episodes=100 --seed=0 \\
         --save_path=~/.ogbench/data/cube-single-play-v0.npz [--dataset_type=play|noisy] \\
-        [--max_episode_steps=1001] [--num_workers=W]
+        [--max_episode_steps=1001] [--num_workers=W] [--if_missing]
 
 Cost, measured here (ogbench 1.2.2, mujoco 4.0.0, the 2-core VM idle, 20 + 2 episodes of 1001 rows, seed 0):
 one process spends 1.1-1.3 s of CPU per episode (cube-single play 1.14 s, scene play 1.30 s; an earlier
@@ -444,11 +444,15 @@ def write_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
     os.replace(tmp, path)
 
 
+def train_path_of(name: OGBenchName, save_path: str | None) -> str:
+    """The training file to write: `save_path` (`~` expanded), else `~/.ogbench/data/<dataset>.npz`."""
+    return os.path.expanduser(save_path or default_dataset_path(name.dataset_name))
+
+
 def check_targets(env_name: str, save_path: str | None, dataset_type: str | None, overwrite: bool):
     """`(train_path, val_path)` to write; `ValueError` for a path not ending in .npz or where no file can be
     written, `FileExistsError` for an existing file without `overwrite` (checked before any episode is generated)."""
-    name = resolve_dataset_name(env_name, dataset_type)
-    train_path = os.path.expanduser(save_path or default_dataset_path(name.dataset_name))
+    train_path = train_path_of(resolve_dataset_name(env_name, dataset_type), save_path)
     if not train_path.endswith(".npz"):
         raise ValueError(f"save_path must end in .npz, got {train_path!r}.")
     val_path = val_path_for(train_path)
@@ -609,6 +613,10 @@ def main(_):
         name = resolve_dataset_name(f.env_name, f.dataset_type)  # e.g. humanoidmaze: one line naming the download
         check_settings(name, f.num_episodes, f.num_val_episodes, f.max_episode_steps, f.seed, f.num_workers, f.noise,
                        f.p_random_action, f.noise_smoothing, f.min_norm)  # fmt: skip
+        train_path = train_path_of(name, f.save_path)
+        if f.if_missing and os.path.isfile(train_path):
+            print(f"{train_path} is there already: nothing generated (--if_missing).")
+            return
         check_targets(f.env_name, f.save_path, f.dataset_type, f.overwrite)
     except (ValueError, FileExistsError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -651,6 +659,9 @@ def _define_flags():
     flags.DEFINE_float("min_norm", 0.4, "Markov-oracle minimum action norm (noisy).")
     flags.DEFINE_float("p_random_action", None, "Random-action probability; default 0 play, 0.1/0.2 noisy.")
     flags.DEFINE_bool("overwrite", False, "Replace existing output files.")
+    flags.DEFINE_bool(
+        "if_missing", False, "Generate only when the training file is not there yet; else say so and exit 0."
+    )
     flags.DEFINE_integer(
         "num_workers",
         1,

@@ -24,7 +24,7 @@ How the source is told (from the file itself, never from its name or directory):
    (`verified` False: it changed since), members in sorted order without metadata (how `envs.generate_dataset`
    wrote files before it recorded its settings), or a file saved by hand. Regenerate or download it to know.
 
-Hashing streams the file in `CHUNK_BYTES` chunks (memory stays flat); measured cost: docs/datasets.md.
+Hashing streams the file in `CHUNK_BYTES` chunks (memory stays flat); measured cost: docs/benchmarks.md.
 """
 
 from __future__ import annotations

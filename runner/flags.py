@@ -163,7 +163,7 @@ def define_flags(driver: str, flag_values=FLAGS):
         "Evaluation episodes run on this many environments in lockstep (gymnasium vector env), one batched "
         "policy call per chunk boundary for all of them; the statistics equal those of one-by-one evaluation "
         "with the same seeds. 1 (default): one environment, episodes one after the other; each further env costs "
-        "about 0.17 GB, and on a few cores batching brings no speed (README, Benchmarks).",
+        "about 0.17 GB, and on a few cores batching brings no speed (docs/benchmarks.md).",
         **fv,
     )
     flags.DEFINE_enum(

@@ -1,4 +1,4 @@
-"""Run states and `--resume` (the README's "Resume and preemption" tells the story).
+"""Run states and `--resume` (docs/outputs.md, "Resume and preemption", tells the story).
 
 A state is `<run_dir>/state/step_<global step, 12 digits>/`: `agent.msgpack` (flax msgpack),
 `buffer/<field>.npy` (online phase; `np.save`, no pickle), `state.json` (step counters, generator

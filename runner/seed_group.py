@@ -6,7 +6,7 @@ the loop's variable: for S = 1 it is the ordinary agent and `update_fn()` is its
 S > 1 the agents are stacked on a leading seed axis and one jitted call updates them all
 (`--seed_batching=vmap`), or the agents stay separate and one step per seed runs with the single-seed
 kernels (`map`, each seed bit-identical to its single-seed run).
-The README's "Several seeds per process" section tells the whole story.
+docs/outputs.md, "Several seeds in one process", tells the whole story.
 """
 
 import os

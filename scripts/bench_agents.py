@@ -25,7 +25,7 @@ observation 40, action 5):
   --method=qc-fql` on cube-single task 1 with 4x256 MLPs, `--memory_steps` offline and online steps, a
   200k-row replay buffer and 10 evaluation episodes, with `--eval_envs` 1 and 10 (`--memory_dataset`: the
   README's generated dataset by default). The authors' code is not run here (it needs robomimic and a wandb
-  login); the README gives its figure on the same job.
+  login); docs/benchmarks.md gives its figure on the same job.
 * `generation`: episodes/s of `python -m envs.generate_dataset` with `--num_workers` 1 and 2
   (`--gen_episodes` episodes of 1001 steps; the authors' repository has no generator: OGBench's own
   script is sequential, our W = 1).

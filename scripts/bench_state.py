@@ -3,8 +3,8 @@
 A preempted SLURM job gets SIGTERM and then KillWait (30 s by default) before SIGKILL: the driver must write its
 state (agent, replay buffer, random streams) in that time, or the run resumes from its previous state. This measures
 that write with the project's own `runner.resume.write_state` on a directory of your choice (the filesystem of
-`--save_dir`: local disk, node-local scratch, NFS, Lustre...), so that the README's advice can be checked where the
-runs will live.
+`--save_dir`: local disk, node-local scratch, NFS, Lustre...), so that the advice of docs/sweeps.md can be checked
+where the runs will live.
 
     python scripts/bench_state.py                               # local disk (a temporary directory), 2M rows
     python scripts/bench_state.py --dir=/shared/scratch/$USER   # the filesystem the runs write to

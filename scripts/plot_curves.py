@@ -53,7 +53,7 @@ Bad inputs. A file the plot cannot use (a `flags.json` that lacks what the label
 with an unreadable cell, a success outside [0, 1], or steps that repeat or go backwards) is refused
 with one `error:` line naming the file (and line) and exit status 2 (`InputError`); what the plot can
 go on without (a NaN or empty success, a run without evaluations yet, an empty directory) is a
-`warning:` line naming the run. The full list: README.md, "Plotting the paper's curves".
+`warning:` line naming the run. The full list: docs/plots.md, "Bad inputs".
 """
 
 import argparse

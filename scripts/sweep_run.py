@@ -2,7 +2,7 @@
 
 The same object runs in the local executor's threads (`scripts/sweep_local.py`) and as a SLURM job through submitit
 (`scripts/sweep_slurm.py`). It imports only the standard library and submitit, so that submitit can pickle it by
-value into a job that runs from any directory. The README's "Sweeps on a cluster" section tells the story.
+value into a job that runs from any directory. docs/sweeps.md tells the story.
 """
 
 import argparse

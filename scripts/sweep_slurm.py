@@ -3,7 +3,7 @@
 A sweep's runs (`sweep_run.SweepRun`) go to SLURM as one job array through submitit. Before submitting, where SLURM
 answers (`sinfo`), a request no node of the partition can hold is refused and the whole job script is checked with
 `sbatch --test-only`. The job script ignores SIGUSR1 in its batch shell, checks that the interpreter fixed into it
-exists on the node, and runs each run with SLURM's warning signal and requeueing (README: "Sweeps on a cluster").
+exists on the node, and runs each run with SLURM's warning signal and requeueing (docs/sweeps.md).
 """
 
 import argparse
@@ -106,7 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser):
         default=300,
         help="SLURM sends SIGUSR1 this many seconds before the time limit (sbatch --signal=USR1@S; SLURM may send "
         "it up to 60 s earlier): the driver writes its state, then the job requeues itself (default: 300). It must "
-        "cover an evaluation in progress plus a state write (README: Sweeps on a cluster).",
+        "cover an evaluation in progress plus a state write (docs/sweeps.md).",
     )
     add(
         "--slurm_setup",

@@ -608,3 +608,21 @@ def test_generating_onto_an_existing_file_is_one_line_before_any_episode(tmp_pat
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
                             env=dict(os.environ, JAX_PLATFORMS="cpu"))  # fmt: skip
     assert result.returncode == 2 and result.stderr.strip() == "error: --num_episodes=0 must be >= 1.", result.stderr
+
+
+def test_if_missing_generates_once_then_leaves_the_file_alone(cube_file, tmp_path):
+    """`--if_missing` (the README's first command): a missing training file is generated as without the flag; run
+    again, the command leaves the file as it is, says so in one line and exits 0."""
+    target = tmp_path / "cube-single-play-v0.npz"
+    command = [sys.executable, "-m", "envs.generate_dataset", "--env_name=cube-single-play-v0", "--num_episodes=2",
+               "--seed=0", f"--max_episode_steps={STEPS}", f"--save_path={target}", "--if_missing"]  # fmt: skip
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    made = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.startswith(f"Wrote {target} (2 episodes"), made.stdout
+    assert _files_equal(str(target), cube_file)  # the module fixture: the same settings in this process
+    target.write_bytes(b"a dataset a run trained on")  # what a second generation would replace
+    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == f"{target} is there already: nothing generated (--if_missing).\n"
+    assert target.read_bytes() == b"a dataset a run trained on"

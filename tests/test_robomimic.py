@@ -458,7 +458,7 @@ def lift_env(tmp_path_factory):
     pytest.importorskip(
         "robosuite",
         reason="the robomimic simulator extra is not installed "
-        "(pip install -r requirements-robomimic.txt in its own venv; see README)",
+        "(pip install -r requirements-robomimic.txt in its own venv; see docs/robomimic.md)",
     )
     path = write_robomimic_file(tmp_path_factory.mktemp("rm") / "low_dim_v15.hdf5")
     env = ru.make_robomimic_env("lift-mh-low_dim", ru.load_env_meta(path), seed=0)

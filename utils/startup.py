@@ -6,7 +6,7 @@ import warnings
 
 
 def quiet_startup():
-    """Silence the start-up messages that say nothing about the run (the README's "Logs" lists them).
+    """Silence the start-up messages that say nothing about the run (docs/outputs.md, "Logs", lists them).
 
     GLFW's "DISPLAY environment variable is missing" (MuJoCo probes for a window system; rendering uses
     `MUJOCO_GL`), dm_control's INFO lines on the OpenGL backend it picked, gymnasium's "precision lowered by

@@ -137,7 +137,7 @@ def resolve_vector_mode(mode: str, num_envs: int, cores: Optional[int] = None) -
 
     `cores` defaults to `usable_cores()`. The policy and the envs never run at the same time, so
     subprocesses pay off only when several envs step on separate cores and that outweighs a pipe round
-    trip per env and step (README, Benchmarks: the measurements behind `ASYNC_MIN_CORES`).
+    trip per env and step (docs/benchmarks.md, "Evaluation environments": the measurements behind `ASYNC_MIN_CORES`).
 
     Raises:
         ValueError: `mode` not in `VECTOR_MODES`.
