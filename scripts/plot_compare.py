@@ -10,6 +10,8 @@ interval, `se_p = (h - l) / (2 * 1.96)`, and our mean's `se_m = s / sqrt(n)`, wh
 import csv
 import dataclasses
 import math
+import os
+import shutil
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -46,6 +48,7 @@ class Row:
     z: Optional[float]
     verdict: Optional[str]
     data: str
+    sources: List[str]  # the runs behind the row (their directories, or wandb:...)
 
 
 def verdict(values: Sequence[float], episodes: int, p: float, low, high, paper_seeds: int):
@@ -108,6 +111,7 @@ def compare_rows(runs: Sequence[Run], paper: Dict, reps: int, seed: int) -> List
             paper_seeds = PAPER_SEEDS_ROBOMIMIC if group[0].domain in ROBOMIMIC_DOMAINS else PAPER_SEEDS_OGBENCH
             se, se_p, z, said = verdict(values, episodes, p, low, high, paper_seeds)
             point, ci_low, ci_high = stratified_interval([np.array(values)[:, None]], "mean", reps, seed)
+            data = "; ".join(sorted({data_text(r) for r, _ in hits}))
             rows.append(
                 Row(
                     task,
@@ -127,7 +131,8 @@ def compare_rows(runs: Sequence[Run], paper: Dict, reps: int, seed: int) -> List
                     se_p,
                     z,
                     said,
-                    "; ".join(sorted({data_text(r) for r, _ in hits})),
+                    data,
+                    [r.source for r, _ in hits],
                 )  # fmt: skip
             )
     return rows
@@ -182,6 +187,19 @@ def write_compare_csv(path: str, rows: Sequence[Row]):
             seeds, values = " ".join(map(str, r.seeds)), " ".join(f"{v:g}" for v in r.values)
             writer.writerow([r.task, r.method, r.step, seeds, r.episodes, values, *numbers, r.paper_seeds, *errors]
                             + [r.verdict or "", r.data])  # fmt: skip
+
+
+def copy_records(rows: Sequence[Row], out_dir: str) -> List[str]:
+    """Copy `flags.json` and `eval.csv` of every run behind `rows` to `<out_dir>/runs/<run>/` (small text files:
+    what a reader needs to check each row without the run directories); returns the copies' directories."""
+    copied = []
+    for source in sorted({s for r in rows for s in r.sources if os.path.isdir(s)}):
+        target = os.path.join(out_dir, "runs", os.path.basename(os.path.normpath(source)))
+        os.makedirs(target, exist_ok=True)
+        for name in ("flags.json", "eval.csv"):
+            shutil.copyfile(os.path.join(source, name), os.path.join(target, name))
+        copied.append(target)
+    return copied
 
 
 def draw_compare(rows: Sequence[Row], paper: Dict, path: str):

@@ -170,7 +170,8 @@ def make_parser() -> argparse.ArgumentParser:
         "--compare",
         action="store_true",
         help="Also write compare.md, compare.csv and compare.png: every (task, method, step) of runs at the "
-        "paper's settings beside the released curve, with the verdict of docs/results.md.",
+        "paper's settings beside the released curve, with the verdict of docs/results.md; the flags.json and "
+        "eval.csv of the runs behind them go to <out_dir>/runs/<run>/.",
     )
     parser.add_argument("--no_paper", action="store_true", help="Do not overlay the paper's released curves.")
     parser.add_argument(
@@ -273,6 +274,7 @@ def run(args, wandb_api=None) -> int:
         plot_compare.write_compare_csv(os.path.join(args.out_dir, "compare.csv"), rows)
         if rows:
             plot_compare.draw_compare(rows, paper, os.path.join(args.out_dir, "compare.png"))
+            plot_compare.copy_records(rows, args.out_dir)
         said = ", ".join(f"{sum(r.verdict == v for r in rows)} {v}" for v in ("reproduced", "below", "above"))
         print(f"compared {len(rows)} (task, method, step) rows with the released curves: {said}")
     longest = max(int(r.x(offset).max()) for r in runs)

@@ -117,6 +117,9 @@ def test_markdown_table_and_figure(compared):
     assert "| 0.690 [0.225, 0.945] (4) | -0.68 | reproduced | generated 0123456789ab |" in table
     assert "| 0.500 [0.500, 0.500] (4) | -3.60 | below |" in table
     assert "docs/results.md" in table
+    # The records behind the rows are copied beside the table; the runs that add no row are not.
+    assert sorted(os.listdir(out / "runs")) == ["online", "sd0", "sd1"]
+    assert (out / "runs" / "sd1" / "eval.csv").read_text() == "step,success\n100000,0.8\n200000,0.34\n"
     with Image.open(out / "compare.png") as image:
         assert image.size == (504, 408)  # one axis (4.2 x 3.4 inches at 120 dpi)
 
