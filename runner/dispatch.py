@@ -28,6 +28,7 @@ import agents
 from runner.cli import InputError
 from runner.seed_group import per_seed
 from utils import device_sampler, seeding
+from utils.flax_utils import scan_updates
 
 
 def _next_multiple_distance(step: int, interval: int) -> Optional[int]:
@@ -99,11 +100,16 @@ def _device_fn(num_seeds: int, num_steps: int, mode: str):
     return jax.jit(mapped) if mode == "vmap" else mapped
 
 
+def _agent_update(agent, batch):
+    return agent.update(batch)
+
+
 @functools.lru_cache(maxsize=None)
 def _scan_fn(num_seeds: int, mode: str):
+    scan = functools.partial(scan_updates, _agent_update, reduce="last")  # k host batches, the last step's info
     if num_seeds == 1:
-        return device_sampler.scan_updates
-    mapped = per_seed(device_sampler.scan_updates, mode)
+        return scan
+    mapped = per_seed(scan, mode)
     return jax.jit(mapped) if mode == "vmap" else mapped
 
 

@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from utils.datasets import Dataset
+from utils.flax_utils import scan_updates
 
 # The keys of `Dataset.sample_sequence`, in its order.
 SEQUENCE_KEYS = (
@@ -335,65 +336,27 @@ def _windows(sampler: DeviceWindowSampler, starts: jax.Array) -> Dict[str, jax.A
     )
 
 
-def step_key(key: jax.Array, step) -> jax.Array:
-    """The key of offline step `step` (1-based global step number): `fold_in(key, step)`."""
-    return jax.random.fold_in(key, step)
-
-
-def _last(infos):
-    return jax.tree_util.tree_map(lambda x: x[-1], infos)
+def _sampled_update(carry, step):
+    """One offline step of `offline_updates`: draw `B` windows with `fold_in(key, step)`, then `agent.update`."""
+    agent, sampler, key = carry
+    agent, info = agent.update(sampler.sample(jax.random.fold_in(key, step), agent.config["batch_size"]))
+    return (agent, sampler, key), info
 
 
 @functools.partial(jax.jit, static_argnames="num_steps")
-def offline_updates(agent, sampler: DeviceWindowSampler, key: jax.Array, first_step, num_steps: int):
-    """`num_steps` offline gradient steps in one `lax.scan` (jitted; `num_steps` static).
+def offline_updates(agent, sampler, key: jax.Array, first_step, num_steps: int):
+    """`num_steps` offline gradient steps in one `lax.scan` (`utils.flax_utils.scan_updates`); `num_steps` static.
 
-    Step `j = 0 .. num_steps - 1` is global offline step `t = first_step + j` (1-based, as `main.py`
-    counts): it draws `B = agent.config['batch_size']` windows with `sampler.sample(fold_in(key, t), B)`
-    and runs `agent.update` on them. The keys are stateless counters, so the batches depend only on
-    `key` and `t`, not on how the steps are grouped into calls: `num_steps=10` once equals
-    `num_steps=1` ten times (and an exact resume needs `key` and the step only). `first_step` is traced
-    (no recompilation per call).
-
-    Pure: works under `jax.vmap` over `(agent, key)` with the sampler shared, e.g.
-    `jax.vmap(functools.partial(offline_updates, num_steps=k), in_axes=(0, None, 0, None))`.
-
-    Args:
-        agent: an agent with `config['batch_size']` and a pure `update(batch) -> (agent, info)`.
-        sampler: a `DeviceWindowSampler` with the agent's `horizon_length` and `discount`.
-        key: the base key (`utils.seeding.jax_key(seed, 'device_sampler')`).
-        first_step: global step number of the first step (int or int32 scalar).
-        num_steps: `k >= 1` (static).
-
-    Returns:
-        `(agent, info)`: the agent after the `k` steps and the info dict of the LAST step (what a
-        one-step loop would log at step `first_step + k - 1`), scalars.
-
-    Raises:
-        ValueError: `num_steps < 1` (at trace time).
+    Step `t = first_step .. first_step + num_steps - 1` (1-based, as `main.py` counts) runs `agent.update` on
+    `sampler.sample(fold_in(key, t), agent.config['batch_size'])`: the batches depend on `key` and `t` only,
+    not on how steps are grouped into calls, so an exact resume needs the key and the step. `sampler`: a
+    `DeviceWindowSampler` or `utils.goal_windows.DeviceGoalWindows`. Works under `jax.vmap` over
+    `(agent, key)` with the sampler shared (`in_axes=(0, None, 0, None)`). Returns `(agent, info)`, the
+    LAST step's info. Raises `ValueError` for `num_steps < 1`.
     """
-    num_steps = _check_count(num_steps, "num_steps")
-    batch_size = agent.config["batch_size"]
-
-    def one_step(agent, step):
-        batch = sampler.sample(step_key(key, step), batch_size)
-        return agent.update(batch)
-
-    steps = jnp.asarray(first_step, jnp.int32) + jnp.arange(num_steps, dtype=jnp.int32)  # (k,)
-    agent, infos = jax.lax.scan(one_step, agent, steps)
-    return agent, _last(infos)
-
-
-@jax.jit
-def scan_updates(agent, stacked_batches):
-    """`agent.update` on each batch along the leading axis of `stacked_batches` `(k, B, ...)`.
-
-    One `lax.scan`, jitted. Returns `(agent, info)` with the LAST step's info. The agent equals that of
-    `agent.batch_update(stacked_batches)` (the same scan of the same step), whose
-    info is instead the mean over the `k` steps.
-    """
-    agent, infos = jax.lax.scan(lambda a, batch: a.update(batch), agent, stacked_batches)
-    return agent, _last(infos)
+    steps = jnp.asarray(first_step, jnp.int32) + jnp.arange(_check_count(num_steps, "num_steps"), dtype=jnp.int32)
+    (agent, _, _), info = scan_updates(_sampled_update, (agent, sampler, key), steps, reduce="last")
+    return agent, info
 
 
 def _same_state(a, b) -> bool:

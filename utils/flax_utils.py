@@ -158,15 +158,18 @@ def select_keys(batch, keys):
     return {k: batch[k] for k in keys}
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def scan_updates(update_fn, agent, stacked_batches):
-    """`update_fn(agent, batch)` on each batch along the leading (UTD) axis `(U, B, ...)` in one `lax.scan`.
+@functools.partial(jax.jit, static_argnums=0, static_argnames="reduce")
+def scan_updates(update_fn, carry, xs, reduce: str = "mean"):
+    """`update_fn(carry, x) -> (carry, info)` on each entry along the leading axis of `xs`, one jitted `lax.scan`.
 
-    Returns `(agent, info)` with each info entry averaged over the `U` steps (as the reference's
-    `batch_update`).
+    The one scan over updates: `batch_update` (`(U, B, ...)` UTD batches, `update_fn` the agent's `_update`),
+    main.py's `--updates_per_dispatch` on stacked host batches, and on device windows
+    (`utils.device_sampler.offline_updates`, whose carry holds the sampler and `xs` the step numbers).
+    Returns `(carry, info)`, each info entry the mean over the steps (`reduce="mean"`, the reference's
+    `batch_update`) or the last step's (`reduce="last"`: what a one-step loop logs at that step).
     """
-    agent, infos = jax.lax.scan(update_fn, agent, stacked_batches)
-    return agent, jax.tree_util.tree_map(jnp.mean, infos)
+    carry, infos = jax.lax.scan(update_fn, carry, xs)
+    return carry, jax.tree_util.tree_map(jnp.mean if reduce == "mean" else (lambda x: x[-1]), infos)
 
 
 class CheckpointError(ValueError):
