@@ -17,7 +17,7 @@ content and the curve is the history of `eval/success` against the step it was l
 environment step).
 
 Groups. Runs are grouped by a label derived from the resolved agent config in `flags.json`, not from
-`--method` (`label_of`, the registry's `agents.describe`): a config of a paper method (the agent's
+`--method` (`plot_runs.label_of` and `describe`): a config of a paper method (the agent's
 `method_of`) is labelled with the method's name plus each setting where it differs from the paper's
 values for its domain (`h=3`, `N=16`, `alpha=100`) and every other key that differs from the agent's
 defaults; any other config (an agent the registry does not know, a config with keys its registered
