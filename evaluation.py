@@ -1,7 +1,7 @@
 """Open-loop chunk execution and policy evaluation, one environment at a time or `E` in lockstep.
 
 `ActionQueue` is the one place where chunks are executed: both the online data
-collection of the drivers and `evaluate` use it. The policy is called only when the
+collection of the drivers (`runner.collector`) and `evaluate` use it. The policy is called only when the
 queue is empty, so a `T`-step episode with chunks of `h` actions costs `ceil(T / h)`
 policy calls (the reference evaluated the policy at every step and threw the result away
 while a chunk was still queued).
@@ -112,9 +112,7 @@ class Policy:
     """`observation -> np.ndarray chunk` that splits a fresh key from its own stream at each call.
 
     The stream starts at `rng` and is private to this object, so evaluation never consumes the
-    training stream. `agent` (anything with `sample_actions(observations, rng)`) may be
-    replaced between calls: the online collector sets the current agent before every step.
-    At each call `rng, key = jax.random.split(rng)` and `key` goes to the agent, with `goals=goal`
+    training stream. At each call `rng, key = jax.random.split(rng)` and `key` goes to the agent, with `goals=goal`
     (goal-conditioned evaluation) and `best_of_n` when they are set.
     """
 
@@ -426,114 +424,3 @@ def evaluate_batched(
         results = runner.run(on_episode_end=lambda: bar.update(1))
     stats = _aggregate([(info, calls) for _, info, calls in results], plan, task_names)
     return stats, [traj for traj, _, _ in results], []
-
-
-class OnlineCollector:
-    """Steps the training environment with open-loop chunks and writes transitions to a buffer.
-
-    Args:
-        env: training env (gymnasium API).
-        action_dim: size of one environment action.
-        reward_fn: the online reward transform of the env (`envs` applies the same one to the
-            offline data: sparse rewards, robomimic's -1 shift).
-        rng: the collector's own JAX key stream (`collector` stream of the run's seed).
-        reset_seed: seed of the first `env.reset`; None (the drivers) continues the env's own
-            stream, seeded once by `envs.env_utils.make_env_and_datasets` (`env` stream).
-
-    `step(agent, buffer)` executes one action of the current chunk (a new chunk is asked of
-    `agent` when the queue is empty), adds `(observations, actions, rewards, terminals, masks,
-    next_observations)` with `terminals = terminated or truncated` (trajectory end) and
-    `masks = 1 - terminated` (no bootstrap only on a true termination), resets the env and the
-    chunk queue at episode ends, and returns the final `info` of a finished episode (else None).
-
-    `state()` / `restore(state)` work at any step, mid-episode too (the README's "Resume and
-    preemption": the episode is replayed from its start and checked against the saved observation).
-    """
-
-    def __init__(self, env, action_dim: int, reward_fn, rng, reset_seed: Optional[int] = None):
-        self.env = env
-        self.reward_fn = reward_fn
-        self.policy = Policy(None, rng)  # evaluation's policy wrapper; the agent is set at each step
-        self.queue = ActionQueue(self.policy, action_dim)
-        self.reset_seed = reset_seed
-        self.observation = None  # None: the env is reset at the start of the next step
-        self._episode_start = None  # (env generator state before the reset, the reset's seed)
-        self._episode_actions: List[np.ndarray] = []
-
-    def state(self) -> Dict:
-        """JSON-able state at any step: policy key, env generator, and the episode in progress (if any)."""
-        state = {
-            "policy_key": seeding.key_to_list(self.policy.rng),
-            "env_rng": seeding.generator_state(self.env.unwrapped.np_random),
-            "reset_seed": self.reset_seed,
-            "episode": None,
-        }
-        if self.observation is not None:
-            start_rng, start_seed = self._episode_start
-            state["episode"] = {
-                "start_env_rng": start_rng,
-                "reset_seed": start_seed,
-                "actions": [np.asarray(a, dtype=np.float32).tolist() for a in self._episode_actions],
-                "queue": [np.asarray(a, dtype=np.float32).tolist() for a in self.queue._queue],
-                "observation": np.asarray(self.observation).tolist(),
-                "observation_dtype": str(np.asarray(self.observation).dtype),
-            }
-        return state
-
-    def restore(self, state: Dict):
-        """Continue from `state`; an episode in progress is replayed. `RuntimeError` when the replay
-        does not reproduce the saved observation (a simulator that is not deterministic here)."""
-        self.policy.rng = seeding.key_from_list(state["policy_key"])
-        self.reset_seed = state["reset_seed"]
-        self.observation = None
-        self._episode_start, self._episode_actions = None, []
-        self.queue.reset()
-        episode = state.get("episode")
-        if episode is not None:
-            seeding.set_generator_state(self.env.unwrapped.np_random, episode["start_env_rng"])
-            self._episode_start = (episode["start_env_rng"], episode["reset_seed"])
-            observation, _ = self.env.reset(seed=episode["reset_seed"])
-            for action in episode["actions"]:
-                action = np.asarray(action, dtype=np.float32)
-                observation, _, terminated, truncated, _ = self.env.step(action)
-                self._episode_actions.append(action)
-                if terminated or truncated:
-                    raise RuntimeError("replaying the saved episode ended it early; the simulator is not deterministic")
-            saved = np.asarray(episode["observation"], dtype=episode["observation_dtype"])
-            if not np.array_equal(np.asarray(observation), saved):
-                raise RuntimeError(
-                    "replaying the saved episode did not reproduce its observation (largest difference "
-                    f"{np.max(np.abs(np.asarray(observation, dtype=np.float64) - saved)):.3g}); the simulator is not "
-                    "deterministic on this machine, so this run state cannot be continued exactly."
-                )
-            self.observation = observation
-            self.queue._queue = [np.asarray(a, dtype=np.float32) for a in episode["queue"]]
-        seeding.set_generator_state(self.env.unwrapped.np_random, state["env_rng"])
-
-    def step(self, agent, buffer) -> Optional[Dict]:
-        self.policy.agent = agent
-        if self.observation is None:
-            self._episode_start = (seeding.generator_state(self.env.unwrapped.np_random), self.reset_seed)
-            self._episode_actions = []
-            self.observation, _ = self.env.reset(seed=self.reset_seed)
-            self.reset_seed = None  # seeds the first reset only; later resets continue the env's stream
-        action = self.queue(self.observation)
-        next_observation, reward, terminated, truncated, info = self.env.step(action)
-        self._episode_actions.append(np.asarray(action, dtype=np.float32))
-        done = bool(terminated or truncated)
-        buffer.add_transition(
-            dict(
-                observations=self.observation,
-                actions=np.asarray(action, dtype=np.float32),
-                rewards=np.float32(self.reward_fn(reward)),
-                terminals=np.float32(done),
-                masks=np.float32(1.0 - float(terminated)),
-                next_observations=next_observation,
-            )
-        )
-        if done:
-            self.observation = None
-            self.queue.reset()
-            return info
-        self.observation = next_observation
-        return None

@@ -26,7 +26,7 @@ from absl import logging
 
 import agents
 from runner.cli import InputError
-from runner.seed_group import per_seed
+from runner.seed_group import per_seed, stack_seeds
 from utils import device_sampler, seeding
 from utils.flax_utils import scan_updates
 
@@ -58,13 +58,13 @@ def dispatch_size(done: int, cfg) -> int:
 
 def sampler_kind(group) -> str:
     """`host` for `--updates_per_dispatch=1`; else `--offline_sampler`, with `auto` resolved: `device`
-    when the offline dataset fits in device memory (`utils.device_sampler.fits_on_device`), else `host`."""
+    when the offline windows fit in device memory (the window source's `fits_on_device()`), else `host`."""
     cfg = group.cfg
     if cfg.updates_per_dispatch == 1 or cfg.offline_sampler == "host":
         return "host"
     if cfg.offline_sampler == "device":
         return "device"
-    return "device" if group.runs[0].windows().fits_on_device() else "host"
+    return "device" if group.runs[0].windows.fits_on_device() else "host"
 
 
 def check_resume_sampler(group, kind: str):
@@ -117,37 +117,44 @@ class OfflineSampler:
     """The offline batches of a `runner.seed_group.SeedGroup` and the update that consumes them."""
 
     def __init__(self, group, kind: str):
-        self.group, self.kind = group, kind
-        self.k = group.cfg.updates_per_dispatch
+        self.group, self.kind, self.k = group, kind, group.cfg.updates_per_dispatch
         self._prefetchers: List = []
         self._device = None
-        for run in group.runs:
-            run.sampler_in_use = kind
-        if kind == "device":
-            if group.num_seeds == 1:
-                self._keys = seeding.jax_key(group.runs[0].cfg.seed, "device_sampler")
-            else:
-                self._keys = jax.numpy.stack([seeding.jax_key(run.cfg.seed, "device_sampler") for run in group.runs])
+        group.sampler_kind = kind
+        keys = [seeding.jax_key(run.cfg.seed, "device_sampler") for run in group.runs]
+        self._keys = keys[0] if len(keys) == 1 else jax.numpy.stack(keys)  # used by the device sampler only
 
     def sample(self, first_step: int, n: int):
         """The windows of offline steps `first_step .. first_step + n - 1` of every seed, after moving to
         the next dataset shard when one is due: `(B, ...)` (k = 1), `(n, B, ...)` (host, k > 1), a
         `DeviceBatches` (device); a leading seed axis `S` for several seeds."""
-        group = self.group
+        group, size = self.group, self.group.agent_config["batch_size"]
         if group.shard_due(first_step):
             self._close_prefetchers()  # the dataset generator goes back to where the consumer stopped
             group.next_shard()
             self._device = None
-        if self.kind == "device":
-            if self._device is None:
-                with group.timer("sampling"):
-                    self._device = group.runs[0].windows().on_device()
-            return DeviceBatches(self._device, self._keys, np.int32(first_step), n)
-        if self.k == 1:
-            return group.sample_offline()
-        if not self._prefetchers:
-            self._open_prefetchers()
         with group.timer("sampling"):
+            if self.kind == "device":
+                if self._device is None:
+                    self._device = group.runs[0].windows.on_device()
+                return DeviceBatches(self._device, self._keys, np.int32(first_step), n)
+            if self.k == 1:
+                return stack_seeds([run.windows.sample(size) for run in group.runs])
+            if not self._prefetchers:
+                batch_keys = agents.get(group.agent_config["agent_name"]).batch_keys  # only what the update reads
+                self._prefetchers = [
+                    device_sampler.PrefetchingSampler(
+                        run.train_dataset,
+                        size,
+                        None,
+                        None,
+                        1,
+                        keys=batch_keys,
+                        draw=functools.partial(run.windows.sample, size),
+                    )
+                    for run in group.runs
+                ]
+                group.prefetch_states = lambda: [p.generator_state() for p in self._prefetchers]
             per_seed_batches = []
             for prefetcher in self._prefetchers:
                 items = [next(prefetcher) for _ in range(n)]  # each (1, B, ...)
@@ -167,29 +174,10 @@ class OfflineSampler:
             return group.update_fn()
         return _scan_fn(group.num_seeds, group.seed_batching)
 
-    def _open_prefetchers(self):
-        cfg = self.group.agent_config
-        batch_keys = agents.get(cfg["agent_name"]).batch_keys  # only what the update reads is copied
-        self._prefetchers = [
-            device_sampler.PrefetchingSampler(
-                run.train_dataset,
-                cfg["batch_size"],
-                None,
-                None,
-                1,
-                keys=batch_keys,
-                draw=functools.partial(run.windows().sample, cfg["batch_size"]),
-            )  # fmt: skip
-            for run in self.group.runs
-        ]
-        for run, prefetcher in zip(self.group.runs, self._prefetchers, strict=True):
-            run.sampler_state_fn = prefetcher.generator_state
-
     def _close_prefetchers(self):
-        for run, prefetcher in zip(self.group.runs, self._prefetchers, strict=False):  # none when never opened
+        for prefetcher in self._prefetchers:
             prefetcher.close()
-            run.sampler_state_fn = None
-        self._prefetchers = []
+        self._prefetchers, self.group.prefetch_states = [], None
 
     def close(self):
         self._close_prefetchers()

@@ -89,7 +89,7 @@ def test_stray_word_is_an_error(monkeypatch, capsys, driver):
 @pytest.mark.parametrize(
     "driver, args, message",
     [
-        ("main", ["--agent.alhpa=3"], "no config key 'alhpa'; Did you mean \"alpha\" instead of \"alhpa\"?"),
+        ("main", ["--agent.alhpa=3"], 'no config key \'alhpa\'; Did you mean "alpha" instead of "alhpa"?'),
         ("main", ["--agent.bc_alpha=0.1"], "it is a key of the acrlpd agent, which main_online.py runs"),
         ("main", ["--agent.init_temp=0.5"], "it is a key of the acrlpd agent"),
         ("main_online", ["--agent.actor_type=best-of-n"], "it is a key of the acfql agent, which main.py runs"),
