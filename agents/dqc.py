@@ -445,6 +445,7 @@ def _method(label, chunk_critic, h, h_a, kappas):
         "agent.distill_method": "expectile",
         "agent.implicit_backup_type": "quantile",
         "online_steps": 0,  # offline only
+        "eval_interval": 250_000,  # the release's: evaluations line up with its points at 0.25/0.5/0.75/1M
     }
     if label.startswith("QC h="):
         settings["action_chunk_eval_sizes"] = "0,1,5"  # DQC-naive: only the first actions of each chunk
