@@ -38,7 +38,6 @@ from utils import seeding
 from utils.progress import progress as progress_bar
 from utils.vector_eval import (  # noqa: F401  (re-exported: the drivers and tests import them from here)
     ASYNC_MIN_CORES,
-    POLICY_BATCHINGS,
     VECTOR_MODES,
     BatchedPolicy,
     LockstepRunner,
@@ -229,7 +228,6 @@ def evaluate(
     step: int = 0,
     progress: bool = True,
     vector_env=None,
-    policy_batching: str = "auto",
     task_names: Optional[Sequence[str]] = None,
     action_chunk_eval_size: Optional[int] = None,
     best_of_n: Optional[int] = None,
@@ -258,7 +256,6 @@ def evaluate(
         vector_env: None (default): every episode runs on `env`, one after the other. Else a
             vector env from `make_eval_vector_env`: the evaluation episodes run on it in lockstep
             (`evaluate_batched`, the same per-episode results), the video episodes on `env`.
-        policy_batching: `evaluate_batched`'s argument (only used with `vector_env`).
         task_names: None: single-task evaluation. A sequence of the env's task names (task id `i` at
             position `i - 1`, e.g. `EnvAndDatasets.task_names`): goal-conditioned evaluation of every task.
         action_chunk_eval_size: execute only the first `n` actions of each chunk (None: all).
@@ -298,7 +295,6 @@ def evaluate(
             step=step,
             action_dim=action_dim,
             progress=progress,
-            policy_batching=policy_batching,
             task_names=task_names,
             action_chunk_eval_size=action_chunk_eval_size,
             best_of_n=best_of_n,
@@ -338,7 +334,6 @@ def evaluate_batched(
     step: int = 0,
     action_dim: Optional[int] = None,
     progress: bool = True,
-    policy_batching: str = "auto",
     task_names: Optional[Sequence[str]] = None,
     action_chunk_eval_size: Optional[int] = None,
     best_of_n: Optional[int] = None,
@@ -359,7 +354,8 @@ def evaluate_batched(
       is empty (only its first `action_chunk_eval_size` actions kept), dropped at the episode's end.
     * At a step where some slots' queues are empty, ONE jitted policy call computes a chunk for all
       `E` rows, `agent.sample_actions(observations[e], key_e[, goals=goals[e]][, best_of_n=N])` with `key_e`
-      split off row `e`'s stream (`policy_batching`). Only the rows whose queue is empty use their chunk and
+      split off row `e`'s stream, each row looped over with a single call's shapes (`lax.map`), so its chunk
+      is bitwise a single call's. Only the rows whose queue is empty use their chunk and
       advance their stream; the other rows (busy, waiting or idle slots) are computed and dropped. The
       compiled shape is always `(E, *ob)`, so it compiles once per agent structure.
     * A finished slot is reset right away with its next episode's seed (`reset_mask`); the new
@@ -370,15 +366,6 @@ def evaluate_batched(
     * The final info of each episode is rebuilt from the stacked vector infos (`slot_info`) and
       aggregated exactly as in `evaluate`.
 
-    Equality holds when each row's chunk is bitwise the chunk a single `sample_actions` call gives.
-    `policy_batching`: 'vmap' computes the rows as one batch (fast; exact on XLA:CPU when one row's
-    computation has no matrix-vector product, e.g. best-of-N over `N >= 2` candidates), 'map' loops
-    over them with a single call's shapes (exact; the compute of `E` single calls, in one dispatch;
-    what QC-FQL's one-step actor gets, whose wide layers XLA rounds differently for 1 row than for
-    `E`), 'auto' (default) picks
-    'vmap' when the first rule holds on CPU, checks the first call against single calls and falls
-    back to 'map' with a warning (on GPU/TPU: 'map').
-
     Args:
         agent: a JAX pytree (e.g. `ACFQLAgent`, `DQCAgent`) with a traceable `sample_actions(observation
             (*ob), rng[, goals=][, best_of_n=]) -> (h * A,)`; `h` must be the same at every call.
@@ -388,7 +375,6 @@ def evaluate_batched(
         seed, step: as in `evaluate`.
         action_dim: size `A` of one action (default: `vector_env.single_action_space.shape[-1]`).
         progress: show a bar of finished episodes (on a terminal only: `utils.progress`).
-        policy_batching: 'auto', 'vmap' or 'map' (above).
         task_names, action_chunk_eval_size, best_of_n: as in `evaluate`.
 
     Returns:
@@ -398,13 +384,11 @@ def evaluate_batched(
 
     Raises:
         ValueError: a vector env not built by `make_eval_vector_env`, `num_eval_episodes < 0`,
-            `action_dim < 1`, an unknown `policy_batching`, a chunk whose size is not a multiple of `A`, and
+            `action_dim < 1`, a chunk whose size is not a multiple of `A`, and
             `evaluate`'s argument errors.
         TypeError: `agent` is not a pytree of arrays.
     """
     check_vector_env(vector_env)
-    if policy_batching not in POLICY_BATCHINGS:
-        raise ValueError(f"policy_batching must be one of {POLICY_BATCHINGS}, got {policy_batching!r}.")
     if num_eval_episodes < 0:
         raise ValueError(f"num_eval_episodes must be >= 0, got {num_eval_episodes}.")
     if action_dim is None:
@@ -417,7 +401,7 @@ def evaluate_batched(
     if not plan:
         return {}, [], []
     check_agent(agent)
-    policy = BatchedPolicy(agent, policy_batching, best_of_n)
+    policy = BatchedPolicy(agent, best_of_n)
     task_ids = None if task_names is None else plan
     runner = LockstepRunner(policy, vector_env, key, reset_seeds, action_dim, task_ids, max_actions)
     with progress_bar(total=len(plan), desc="eval", leave=False, disable=not progress) as bar:
