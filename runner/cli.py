@@ -16,6 +16,7 @@ from absl import flags
 
 import agents
 from utils.flax_utils import CheckpointError
+from utils.startup import exit_with_error
 
 FLAGS = flags.FLAGS
 
@@ -41,11 +42,6 @@ def input_errors():
         raise
     except (ValueError, FileNotFoundError, ImportError, CheckpointError) as e:
         raise InputError(str(e)) from e
-
-
-def exit_with_error(message: str):
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 def _load_get_config(path: str):

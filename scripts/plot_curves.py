@@ -100,13 +100,9 @@ from plot_runs import (  # noqa: E402,F401
 from plot_stats import bootstrap_curve, compute_curves  # noqa: E402,F401
 from plot_table import build_table, write_curves_csv  # noqa: E402
 
+from utils.startup import ArgumentParser  # noqa: E402
+
 # ------------------------------------------------------------------------------------------------ command line
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        print(f"error: {message} (see --help)", file=sys.stderr)
-        sys.exit(2)
 
 
 def _offset_arg(value: str):
@@ -132,7 +128,7 @@ def _positive(value: str) -> int:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = ArgumentParser(
         prog="python scripts/plot_curves.py",
         description="Plot success rate against steps for runs of main.py / main_online.py, grouped by method, "
         "with 95% stratified bootstrap confidence intervals and the paper's curves for comparison.",
