@@ -13,19 +13,14 @@ BUFFER_KEYS = ("observations", "actions", "rewards", "terminals", "masks", "next
 
 
 class OnlineCollector:
-    """Steps the training env with open-loop chunks and writes transitions to a buffer.
+    """Steps the training env with open-loop chunks into a buffer (`step(agent, buffer)`: one action).
 
-    `step(agent, buffer)` executes one action of the current chunk; an empty queue asks the agent for a new
-    chunk with `agent.collect_actions(observation, key)` when it has that method (exploration online, e.g.
-    noise on a deterministic policy), else `agent.sample_actions(observation, key)`, `key` split off the
-    collector's own stream `rng` (`collector` stream of the run's seed). The buffer gets
-    `terminals = terminated or truncated` and `masks = 1 - terminated` (no bootstrap only on a true
-    termination); `reward_fn` is the env's online reward transform (`envs` applies the same one offline).
-    Returns the final `info` of an episode that ended, else None. `reset_seed` seeds the first reset only
-    (None, the drivers: the env's own stream, seeded by `envs.env_utils`).
-
-    `state()` / `restore(state)` work at any step: an episode in progress is saved as its actions and
-    replayed on restore (docs/outputs.md, resume).
+    A new chunk comes from `agent.collect_actions(observation, rng=key)` when the agent has it (exploration
+    online), else `agent.sample_actions`; `key` is split off the collector's own stream `rng`. The buffer
+    gets `terminals = terminated or truncated`, `masks = 1 - terminated` and `reward_fn(reward)` (the env's
+    transform, as offline); `step` returns a finished episode's final `info`. `reset_seed` seeds the first
+    reset only. `state()` / `restore(state)` work at any step: an episode in progress is saved as its
+    actions and replayed (docs/outputs.md, "Resume and preemption").
     """
 
     def __init__(self, env, action_dim: int, reward_fn, rng, reset_seed: Optional[int] = None):

@@ -1,20 +1,10 @@
-"""main.py's offline batches, `--updates_per_dispatch=k` gradient steps per host call.
+"""main.py's offline batches: `--updates_per_dispatch=k` gradient steps per host call (docs/outputs.md,
+section 5; the windows: docs/batch_contract.md, section 10).
 
-`offline_sampler(group)` gives the loop its `sample(first_step, n)` and the matching
-`update_fn()`; `dispatch_size` says how many steps the next call takes:
-
-* `k = 1` (the reference loop): `sample` draws `B` windows per seed on the host with the dataset's
-  own generator and `update_fn()` is the agent's own `update` (for one seed).
-* `k > 1`, `device` sampler (the dataset fits in device memory): the windows are drawn inside the
-  jitted update from a device-resident copy of the dataset (`utils.device_sampler`), offline step `t`
-  of a seed with the key `fold_in(jax_key(seed, "device_sampler"), t)`; other random numbers than the
-  host's, the same distribution, and the same batches for every `k`.
-* `k > 1`, `host` sampler: a background thread draws exactly the batches of `k = 1`
-  (`utils.device_sampler.PrefetchingSampler`) and copies them to the device ahead of time.
-
-A dispatch never runs past a step where something happens (a log row, an evaluation, a checkpoint,
-a run state, the end of the phase) and starts at a dataset shard switch, so the CSVs, checkpoints and
-evaluations are at the steps of `k = 1`; the logged info is the last step's.
+`offline_sampler(group)` gives the loop its `sample(first_step, n)` and the matching `update_fn()`:
+k = 1, the reference loop (the run's window source on the host, the agent's own `update`); k > 1 on the
+device (`utils.device_sampler.offline_updates`) or with a prefetching host thread (exactly k = 1's batches).
+`dispatch_size` says how many steps the next call takes: never past a step where something happens.
 """
 
 import functools
@@ -39,12 +29,9 @@ def _next_multiple_distance(step: int, interval: int) -> Optional[int]:
 
 
 def dispatch_size(done: int, cfg) -> int:
-    """Steps in the dispatch that follows offline step `done`: at most `--updates_per_dispatch`.
-
-    It ends at the next step where the loop must stop (log, evaluation, checkpoint, run state, the
-    phase's end) and before the next dataset shard switch (a switch happens before its step, so a
-    dispatch may start with it but never contain it later).
-    """
+    """Steps in the dispatch after offline step `done`: at most `--updates_per_dispatch`, ending at the next
+    log, evaluation, checkpoint, run state or phase end, and before the next dataset shard switch (a switch
+    happens before its step: a dispatch may start with it, never contain it)."""
     limits = [cfg.updates_per_dispatch, cfg.offline_steps - done]
     for interval in (cfg.log_interval, cfg.eval_interval, cfg.save_interval, cfg.state_interval):
         distance = _next_multiple_distance(done, interval)

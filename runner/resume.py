@@ -1,10 +1,8 @@
-"""Run states and `--resume` (the README's "Resume and preemption" tells the story).
+"""Run states and `--resume` (docs/outputs.md, "Resume and preemption", tells the story).
 
-A state is `<run_dir>/state/step_<global step, 12 digits>/`: `agent.msgpack` (flax msgpack),
-`buffer/<field>.npy` (online phase; `np.save`, no pickle), `state.json` (step counters, generator
-states, the collector, the shard in use, CSV row counts, the wandb id, `FORMAT_VERSION`) and
-`COMPLETE`, written last. It is written into `state/.tmp_<name>_<pid>/` and renamed into place (atomic),
-so a half-written state is never read.
+A state is `<run_dir>/state/step_<global step, 12 digits>/` (`agent.msgpack`, `buffer/<field>.npy` online,
+`state.json`, and `COMPLETE` last), written into a temporary directory and renamed into place, so a
+half-written state is never read.
 """
 
 import csv

@@ -1,11 +1,8 @@
-"""The runs of one driver process (`--num_seeds=S`, S >= 1) and what the loop does for each of them.
-
-A `SeedGroup` holds one `runner.setup.Run` per seed and does, at every step, what the drivers' loop asks:
-draw batches, step the environment, log, save, evaluate, write run states. The agent is the loop's
-variable: for S = 1 the ordinary agent (`update_fn()` is its own `update`); for S > 1 the agents stacked on
-a leading seed axis and updated by one jitted call (`--seed_batching=vmap`), or kept apart and updated one
-after another with the single-seed kernels (`map`, each seed bit-identical to its single-seed run).
-docs/outputs.md, "Several seeds in one process", tells the whole story.
+"""The runs of one driver process (`--num_seeds=S`) and the loop's work for each: batches, environment steps,
+logging, checkpoints, evaluation, run states. The agent is the loop's variable: for S = 1 the agent itself;
+for S > 1 stacked on a leading seed axis (`--seed_batching=vmap`) or a tuple updated one seed after another
+with the single-seed kernels (`map`, each seed bit-identical to its single-seed run). docs/outputs.md,
+"Several seeds in one process", tells the story.
 """
 
 import functools
@@ -183,17 +180,10 @@ def stack_seeds(batches: List[Dict]) -> Dict:
 
 
 class SeedGroup:
-    """The S runs of one process.
-
-    Attributes:
-        runs: one `runner.setup.Run` per seed, in seed order.
-        agent: the initial (or resumed) agent: the run's own for S = 1, else the stacked agents.
-        cfg: the first run's settings (every setting but `seed` and `run_name` is the group's).
-        timer: the `log_utils.TimeSplit` of this process.
-        sampler_kind, prefetch_states: set by `runner.dispatch.OfflineSampler`: how offline windows are drawn
-            (`host`, `device`) and, while prefetching threads own the datasets' generators, a function giving
-            each seed's generator state before its next batch (for run states).
-    """
+    """The S runs of one process: `runs` (one `runner.setup.Run` per seed), `agent` (the run's own for S = 1,
+    else stacked or a tuple), `cfg` (the first run's settings: all but `seed` and `run_name` are the group's),
+    `timer` (`log_utils.TimeSplit`); `sampler_kind` and `prefetch_states` are set by
+    `runner.dispatch.OfflineSampler` (`host`/`device`, and the prefetching threads' generator states)."""
 
     def __init__(self, runs: List, preemption=None):
         self.runs = runs
@@ -454,16 +444,11 @@ class SeedGroup:
 def evaluate_and_log(
     agent, eval_env, cfg, logger, step: int, action_dim: int, chunk: int, vector_env=None, task_names=None
 ) -> Dict:
-    """Run `evaluation.evaluate` and log its stats under `eval` at `step`; returns them.
-
-    The policy key and reset seeds are the `evaluation` stream of `cfg.seed` at `step`, never a training
-    stream. With `vector_env` the evaluation episodes run on it in lockstep (the same per-episode results);
-    video episodes always run on `eval_env`. Goal-conditioned (`task_names`): every task, `success` their mean.
-    `--action_chunk_eval_sizes` and `--best_of_n_eval_values` add evaluations of the same policy executing
-    only the first n actions of each chunk of `chunk` actions (`ac<n>/...` columns; cuts not shorter than
-    `chunk` are skipped, as the DQC release does) or acting with N samples (`bfn<N>/...`), as the DQC
-    release's `evaluation-ac-<n>` and `-bfn<N>`.
-    """
+    """`evaluation.evaluate` of `agent` at `step` (the `evaluation` stream of `cfg.seed`), logged under `eval`;
+    returns the row. With `vector_env` the evaluation episodes run in lockstep, videos always on `eval_env`;
+    goal-conditioned (`task_names`): every task. `--action_chunk_eval_sizes` and `--best_of_n_eval_values` add
+    evaluations executing only the first n actions of each `chunk` (`ac<n>/...`; cuts not shorter than the
+    chunk are skipped) or acting with N samples (`bfn<N>/...`), as the DQC release's."""
     from runner.config import parse_eval_values
 
     sizes = [0] + [n for n in parse_eval_values(cfg.action_chunk_eval_sizes, "x") if 0 < n < chunk]

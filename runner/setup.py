@@ -162,7 +162,7 @@ def check_memory(cfg, dataset: Dataset, example: Dict):
     rows = 0
     if cfg.online_steps > 0:
         rows = max(cfg.buffer_size, dataset.size + 1) if cfg.driver == "main" else cfg.buffer_size
-    window = max(int(cfg.horizon_length or 1), 1)
+    window = cfg.window_length  # rows per window (SPEC.window_length)
     batch = cfg.agent.get("batch_size", 1) * max(cfg.utd_ratio, 1) * window * row_bytes
     s = cfg.num_seeds
     eval_envs = min(cfg.eval_envs, cfg.eval_episodes) if cfg.eval_envs > 1 else 0
@@ -173,7 +173,8 @@ def check_memory(cfg, dataset: Dataset, example: Dict):
         (
             f"{s} batch(es)",
             s * batch,
-            f"--agent.batch_size={cfg.agent.get('batch_size')} --utd_ratio={cfg.utd_ratio} --horizon_length={window}",
+            f"--agent.batch_size={cfg.agent.get('batch_size')} --utd_ratio={cfg.utd_ratio} "
+            + (f"--horizon_length={window}" if cfg.horizon_length is not None else f"(window of {window} rows)"),
         ),
         (f"{2 * s} envs", 2 * s * ENV_BYTES, ""),
         (f"{eval_envs} evaluation envs", eval_envs * ENV_BYTES, f"--eval_envs={cfg.eval_envs}"),
@@ -392,10 +393,10 @@ def setup_runs(cfg) -> List[Run]:
             first_windows = window_source(first_dataset, cfg.agent)
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from None
-        check_memory(cfg, first_dataset, first_dataset.sample(1, idxs=np.zeros(1, dtype=int)))
+        example = first_dataset.sample(1, idxs=np.zeros(1, dtype=int))
+        check_memory(cfg, first_dataset, example)
         if cfg.video_episodes > 0:
             check_rendering(cfg.env_name, env_data.eval_env)
-        example = first_dataset.sample(1, idxs=np.zeros(1, dtype=int))
         env_datas, datasets, agents_ = [], [], []
         for c in configs:
             if c is configs[0]:
