@@ -57,21 +57,6 @@ def _act_seed(stacked, index, observations, rng, method="sample_actions"):
     return getattr(_slice(stacked, index), method)(observations, rng)
 
 
-SEED_BATCHING = ("auto", "vmap", "map")
-
-
-def resolve_seed_batching(mode: str) -> str:
-    """`vmap` or `map` for `--seed_batching=mode`; `auto` is `vmap` on an accelerator, `map` on CPU.
-
-    Raises `ValueError` for another mode.
-    """
-    if mode not in SEED_BATCHING:
-        raise ValueError(f"--seed_batching={mode!r} must be one of {SEED_BATCHING}.")
-    if mode == "auto":
-        return "map" if jax.default_backend() == "cpu" else "vmap"
-    return mode
-
-
 def per_seed(fn, mode: str, in_axes=0):
     """`fn` applied to every seed: the arguments with `in_axes == 0` hold one entry per seed, the others
     (`None`) are shared; returns `(agents, info)` with the info stacked on a leading seed axis.
@@ -190,8 +175,8 @@ class SeedGroup:
         self.num_seeds = len(runs)
         self.cfg = runs[0].cfg
         self.preemption = preemption
-        mode = getattr(self.cfg, "seed_batching", "auto") if self.cfg is not None else "auto"
-        self.seed_batching = resolve_seed_batching(mode)
+        mode = getattr(self.cfg, "seed_batching", "auto") if self.cfg is not None else "auto"  # absl checked it
+        self.seed_batching = mode if mode != "auto" else ("map" if jax.default_backend() == "cpu" else "vmap")
         if self.num_seeds == 1:
             self.agent = runs[0].agent
         elif self.seed_batching == "vmap":

@@ -144,13 +144,9 @@ def check_sizes(cfg):
 
 
 def check_memory(cfg, dataset: Dataset, example: Dict):
-    """`ValueError` when the run would not fit in this machine's memory, before its agents and buffers exist.
-
-    Counts, per seed of `--num_seeds`: the agent (parameters, optimizer state and one gradient, from
-    `jax.eval_shape` of its `create`), the replay buffer (`--buffer_size` rows, or the offline data plus
-    the online rows for main.py), a batch of `--utd_ratio` x `batch_size` windows and two envs; plus the
-    batched evaluation envs (`--eval_envs`).
-    """
+    """`ValueError` when the run would not fit in this machine's memory, before its agents and buffers exist:
+    per seed the agent (parameters, optimizer state and a gradient, by `jax.eval_shape` of `create`), the
+    replay buffer, a batch of `--utd_ratio` x `batch_size` windows and two envs, plus the evaluation envs."""
     import jax
 
     spec = agents.get(cfg.agent["agent_name"])
@@ -260,16 +256,10 @@ def _make_run_dir(cfg):
 def setup_run(
     cfg, agent_config: Dict, metadata: Dict, resume_meta: Optional[Dict] = None, history=None, agent_history=None
 ):
-    """Create `<save_dir>/<run_group>/<exp_name>/`, write `flags.json`, return `(run_dir, logger)`.
-
-    `flags.json`: `flags` (every setting), `agent` (the config the agent was built with:
-    `horizon_length`, `ob_dims`, `action_dim` filled in) and `metadata` entries (ogbench
-    version, reward timing, the task id that runs). With `--resume` the run directory of `--run_name`
-    is used as it is (`resume_meta`: the state being continued, whose CSV rows and wandb id are kept;
-    `history`: the data records of its earlier parts when `--accept_changed_data` let it go on;
-    `agent_history`: the agent-file records likewise, `--accept_changed_agent`). `agent_source` records the
-    path and sha256 of the file that defines the agent.
-    """
+    """Create (or, with `--resume`, reuse) the run directory, write `flags.json` and start the logger: `(run_dir,
+    logger)`. `flags.json` holds `flags`, the resolved `agent` config, its `agent_defaults` and `agent_source`
+    (path, sha256), `metadata` (env facts, data records), the histories `--accept_changed_data` and
+    `--accept_changed_agent` kept (`history`, `agent_history`), `sweep` and `method` (docs/outputs.md)."""
     try:
         exp_name, run_dir = _make_run_dir(cfg)
     except OSError as e:  # a read-only or unwritable --save_dir
@@ -335,13 +325,9 @@ def seed_configs(cfg) -> List:
 
 
 def setup_runs(cfg) -> List[Run]:
-    """Build envs and datasets, check them, create the agents, write the run directories.
-
-    One `Run` per seed of `--num_seeds` (`seed_configs`): the offline data is loaded once and shared
-    (read-only arrays); each seed gets its own environments, samplers and agent, seeded from its own
-    seed. Every input error (missing or bad data file, a dataset with no window of `horizon_length`,
-    rendering that cannot work) is raised as `InputError` before training starts.
-    """
+    """One `Run` per seed of `--num_seeds` (`seed_configs`): envs and data loaded once and checked, each seed's
+    envs, dataset generator, window source and agent from its own seed, states restored with `--resume`, run
+    directories written. Every input error is raised as `InputError` before training starts."""
     from envs.env_utils import envs_for_seed, make_env_and_datasets
 
     with input_errors():

@@ -4,6 +4,7 @@ Every test here runs over every registered agent, so a new agent in agents/ is c
 added to this file.
 """
 
+import numpy as np
 import pytest
 
 import agents
@@ -71,3 +72,26 @@ def test_every_driver_has_its_default_agent_first():
 def test_unknown_agent_name_names_the_known_ones():
     with pytest.raises(ValueError, match=r"'sac' is not one of \['acfql', 'acrlpd'"):
         agents.get("sac")
+
+
+CHUNK_CASES = [(name, {}) for name in agents.names()] + [
+    ("acfql", {"action_chunking": False}),
+    ("dqc", {"backup_horizon": 4, "policy_chunk_size": 2}),
+]
+
+
+@pytest.mark.parametrize("agent_name, overrides", CHUNK_CASES, ids=[f"{a}{o or ''}" for a, o in CHUNK_CASES])
+def test_chunk_length_is_what_sample_actions_returns(agent_name, overrides):
+    """`SPEC.chunk_length` (what the drivers read instead of agent keys) counts the actions of one policy call."""
+    import jax
+
+    spec = agents.get(agent_name)
+    config = spec.get_config().to_dict()
+    config.update({"horizon_length": 3} if "horizon_length" in config else {}, **overrides)
+    config.update(actor_hidden_dims=(8,), value_hidden_dims=(8,))
+    obs, action_dim = np.zeros(4, np.float32), 2
+    goals = {"ex_goals": obs} if spec.goal_conditioned else {}
+    agent = spec.agent_class.create(0, obs, np.zeros(action_dim, np.float32), config, **goals)
+    kwargs = {"goals": obs} if spec.goal_conditioned else {}
+    chunk = np.asarray(agent.sample_actions(obs, jax.random.PRNGKey(0), **kwargs))
+    assert chunk.shape == (spec.chunk_length(agent.config) * action_dim,)
