@@ -108,8 +108,9 @@ class OfflineSampler:
         self._prefetchers: List = []
         self._device = None
         group.sampler_kind = kind
-        keys = [seeding.jax_key(run.cfg.seed, "device_sampler") for run in group.runs]
-        self._keys = keys[0] if len(keys) == 1 else jax.numpy.stack(keys)  # used by the device sampler only
+        if kind == "device":
+            keys = [seeding.jax_key(run.cfg.seed, "device_sampler") for run in group.runs]
+            self._keys = keys[0] if len(keys) == 1 else jax.numpy.stack(keys)
 
     def sample(self, first_step: int, n: int):
         """The windows of offline steps `first_step .. first_step + n - 1` of every seed, after moving to
