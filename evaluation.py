@@ -1,7 +1,7 @@
 """Open-loop chunk execution and policy evaluation, one environment at a time or `E` in lockstep.
 
 `ActionQueue` is the one place where chunks are executed: both the online data
-collection of the drivers and `evaluate` use it. The policy is called only when the
+collection of the drivers (`runner.collector`) and `evaluate` use it. The policy is called only when the
 queue is empty, so a `T`-step episode with chunks of `h` actions costs `ceil(T / h)`
 policy calls (the reference evaluated the policy at every step and threw the result away
 while a chunk was still queued).
@@ -38,7 +38,6 @@ from utils import seeding
 from utils.progress import progress as progress_bar
 from utils.vector_eval import (  # noqa: F401  (re-exported: the drivers and tests import them from here)
     ASYNC_MIN_CORES,
-    POLICY_BATCHINGS,
     VECTOR_MODES,
     BatchedPolicy,
     LockstepRunner,
@@ -112,9 +111,7 @@ class Policy:
     """`observation -> np.ndarray chunk` that splits a fresh key from its own stream at each call.
 
     The stream starts at `rng` and is private to this object, so evaluation never consumes the
-    training stream. `agent` (anything with `sample_actions(observations, rng)`) may be
-    replaced between calls: the online collector sets the current agent before every step.
-    At each call `rng, key = jax.random.split(rng)` and `key` goes to the agent, with `goals=goal`
+    training stream. At each call `rng, key = jax.random.split(rng)` and `key` goes to the agent, with `goals=goal`
     (goal-conditioned evaluation) and `best_of_n` when they are set.
     """
 
@@ -231,7 +228,6 @@ def evaluate(
     step: int = 0,
     progress: bool = True,
     vector_env=None,
-    policy_batching: str = "auto",
     task_names: Optional[Sequence[str]] = None,
     action_chunk_eval_size: Optional[int] = None,
     best_of_n: Optional[int] = None,
@@ -260,7 +256,6 @@ def evaluate(
         vector_env: None (default): every episode runs on `env`, one after the other. Else a
             vector env from `make_eval_vector_env`: the evaluation episodes run on it in lockstep
             (`evaluate_batched`, the same per-episode results), the video episodes on `env`.
-        policy_batching: `evaluate_batched`'s argument (only used with `vector_env`).
         task_names: None: single-task evaluation. A sequence of the env's task names (task id `i` at
             position `i - 1`, e.g. `EnvAndDatasets.task_names`): goal-conditioned evaluation of every task.
         action_chunk_eval_size: execute only the first `n` actions of each chunk (None: all).
@@ -300,7 +295,6 @@ def evaluate(
             step=step,
             action_dim=action_dim,
             progress=progress,
-            policy_batching=policy_batching,
             task_names=task_names,
             action_chunk_eval_size=action_chunk_eval_size,
             best_of_n=best_of_n,
@@ -340,7 +334,6 @@ def evaluate_batched(
     step: int = 0,
     action_dim: Optional[int] = None,
     progress: bool = True,
-    policy_batching: str = "auto",
     task_names: Optional[Sequence[str]] = None,
     action_chunk_eval_size: Optional[int] = None,
     best_of_n: Optional[int] = None,
@@ -361,7 +354,8 @@ def evaluate_batched(
       is empty (only its first `action_chunk_eval_size` actions kept), dropped at the episode's end.
     * At a step where some slots' queues are empty, ONE jitted policy call computes a chunk for all
       `E` rows, `agent.sample_actions(observations[e], key_e[, goals=goals[e]][, best_of_n=N])` with `key_e`
-      split off row `e`'s stream (`policy_batching`). Only the rows whose queue is empty use their chunk and
+      split off row `e`'s stream, each row looped over with a single call's shapes (`lax.map`), so its chunk
+      is bitwise a single call's. Only the rows whose queue is empty use their chunk and
       advance their stream; the other rows (busy, waiting or idle slots) are computed and dropped. The
       compiled shape is always `(E, *ob)`, so it compiles once per agent structure.
     * A finished slot is reset right away with its next episode's seed (`reset_mask`); the new
@@ -372,15 +366,6 @@ def evaluate_batched(
     * The final info of each episode is rebuilt from the stacked vector infos (`slot_info`) and
       aggregated exactly as in `evaluate`.
 
-    Equality holds when each row's chunk is bitwise the chunk a single `sample_actions` call gives.
-    `policy_batching`: 'vmap' computes the rows as one batch (fast; exact on XLA:CPU when one row's
-    computation has no matrix-vector product, e.g. best-of-N over `N >= 2` candidates), 'map' loops
-    over them with a single call's shapes (exact; the compute of `E` single calls, in one dispatch;
-    what QC-FQL's one-step actor gets, whose wide layers XLA rounds differently for 1 row than for
-    `E`), 'auto' (default) picks
-    'vmap' when the first rule holds on CPU, checks the first call against single calls and falls
-    back to 'map' with a warning (on GPU/TPU: 'map').
-
     Args:
         agent: a JAX pytree (e.g. `ACFQLAgent`, `DQCAgent`) with a traceable `sample_actions(observation
             (*ob), rng[, goals=][, best_of_n=]) -> (h * A,)`; `h` must be the same at every call.
@@ -390,7 +375,6 @@ def evaluate_batched(
         seed, step: as in `evaluate`.
         action_dim: size `A` of one action (default: `vector_env.single_action_space.shape[-1]`).
         progress: show a bar of finished episodes (on a terminal only: `utils.progress`).
-        policy_batching: 'auto', 'vmap' or 'map' (above).
         task_names, action_chunk_eval_size, best_of_n: as in `evaluate`.
 
     Returns:
@@ -400,13 +384,11 @@ def evaluate_batched(
 
     Raises:
         ValueError: a vector env not built by `make_eval_vector_env`, `num_eval_episodes < 0`,
-            `action_dim < 1`, an unknown `policy_batching`, a chunk whose size is not a multiple of `A`, and
+            `action_dim < 1`, a chunk whose size is not a multiple of `A`, and
             `evaluate`'s argument errors.
         TypeError: `agent` is not a pytree of arrays.
     """
     check_vector_env(vector_env)
-    if policy_batching not in POLICY_BATCHINGS:
-        raise ValueError(f"policy_batching must be one of {POLICY_BATCHINGS}, got {policy_batching!r}.")
     if num_eval_episodes < 0:
         raise ValueError(f"num_eval_episodes must be >= 0, got {num_eval_episodes}.")
     if action_dim is None:
@@ -419,121 +401,10 @@ def evaluate_batched(
     if not plan:
         return {}, [], []
     check_agent(agent)
-    policy = BatchedPolicy(agent, policy_batching, best_of_n)
+    policy = BatchedPolicy(agent, best_of_n)
     task_ids = None if task_names is None else plan
     runner = LockstepRunner(policy, vector_env, key, reset_seeds, action_dim, task_ids, max_actions)
     with progress_bar(total=len(plan), desc="eval", leave=False, disable=not progress) as bar:
         results = runner.run(on_episode_end=lambda: bar.update(1))
     stats = _aggregate([(info, calls) for _, info, calls in results], plan, task_names)
     return stats, [traj for traj, _, _ in results], []
-
-
-class OnlineCollector:
-    """Steps the training environment with open-loop chunks and writes transitions to a buffer.
-
-    Args:
-        env: training env (gymnasium API).
-        action_dim: size of one environment action.
-        reward_fn: the online reward transform of the env (`envs` applies the same one to the
-            offline data: sparse rewards, robomimic's -1 shift).
-        rng: the collector's own JAX key stream (`collector` stream of the run's seed).
-        reset_seed: seed of the first `env.reset`; None (the drivers) continues the env's own
-            stream, seeded once by `envs.env_utils.make_env_and_datasets` (`env` stream).
-
-    `step(agent, buffer)` executes one action of the current chunk (a new chunk is asked of
-    `agent` when the queue is empty), adds `(observations, actions, rewards, terminals, masks,
-    next_observations)` with `terminals = terminated or truncated` (trajectory end) and
-    `masks = 1 - terminated` (no bootstrap only on a true termination), resets the env and the
-    chunk queue at episode ends, and returns the final `info` of a finished episode (else None).
-
-    `state()` / `restore(state)` work at any step, mid-episode too (docs/outputs.md, "Resume and
-    preemption": the episode is replayed from its start and checked against the saved observation).
-    """
-
-    def __init__(self, env, action_dim: int, reward_fn, rng, reset_seed: Optional[int] = None):
-        self.env = env
-        self.reward_fn = reward_fn
-        self.policy = Policy(None, rng)  # evaluation's policy wrapper; the agent is set at each step
-        self.queue = ActionQueue(self.policy, action_dim)
-        self.reset_seed = reset_seed
-        self.observation = None  # None: the env is reset at the start of the next step
-        self._episode_start = None  # (env generator state before the reset, the reset's seed)
-        self._episode_actions: List[np.ndarray] = []
-
-    def state(self) -> Dict:
-        """JSON-able state at any step: policy key, env generator, and the episode in progress (if any)."""
-        state = {
-            "policy_key": seeding.key_to_list(self.policy.rng),
-            "env_rng": seeding.generator_state(self.env.unwrapped.np_random),
-            "reset_seed": self.reset_seed,
-            "episode": None,
-        }
-        if self.observation is not None:
-            start_rng, start_seed = self._episode_start
-            state["episode"] = {
-                "start_env_rng": start_rng,
-                "reset_seed": start_seed,
-                "actions": [np.asarray(a, dtype=np.float32).tolist() for a in self._episode_actions],
-                "queue": [np.asarray(a, dtype=np.float32).tolist() for a in self.queue._queue],
-                "observation": np.asarray(self.observation).tolist(),
-                "observation_dtype": str(np.asarray(self.observation).dtype),
-            }
-        return state
-
-    def restore(self, state: Dict):
-        """Continue from `state`; an episode in progress is replayed. `RuntimeError` when the replay
-        does not reproduce the saved observation (a simulator that is not deterministic here)."""
-        self.policy.rng = seeding.key_from_list(state["policy_key"])
-        self.reset_seed = state["reset_seed"]
-        self.observation = None
-        self._episode_start, self._episode_actions = None, []
-        self.queue.reset()
-        episode = state.get("episode")
-        if episode is not None:
-            seeding.set_generator_state(self.env.unwrapped.np_random, episode["start_env_rng"])
-            self._episode_start = (episode["start_env_rng"], episode["reset_seed"])
-            observation, _ = self.env.reset(seed=episode["reset_seed"])
-            for action in episode["actions"]:
-                action = np.asarray(action, dtype=np.float32)
-                observation, _, terminated, truncated, _ = self.env.step(action)
-                self._episode_actions.append(action)
-                if terminated or truncated:
-                    raise RuntimeError("replaying the saved episode ended it early; the simulator is not deterministic")
-            saved = np.asarray(episode["observation"], dtype=episode["observation_dtype"])
-            if not np.array_equal(np.asarray(observation), saved):
-                raise RuntimeError(
-                    "replaying the saved episode did not reproduce its observation (largest difference "
-                    f"{np.max(np.abs(np.asarray(observation, dtype=np.float64) - saved)):.3g}); the simulator is not "
-                    "deterministic on this machine, so this run state cannot be continued exactly."
-                )
-            self.observation = observation
-            self.queue._queue = [np.asarray(a, dtype=np.float32) for a in episode["queue"]]
-        seeding.set_generator_state(self.env.unwrapped.np_random, state["env_rng"])
-
-    def step(self, agent, buffer) -> Optional[Dict]:
-        self.policy.agent = agent
-        if self.observation is None:
-            self._episode_start = (seeding.generator_state(self.env.unwrapped.np_random), self.reset_seed)
-            self._episode_actions = []
-            self.observation, _ = self.env.reset(seed=self.reset_seed)
-            self.reset_seed = None  # seeds the first reset only; later resets continue the env's stream
-        action = self.queue(self.observation)
-        next_observation, reward, terminated, truncated, info = self.env.step(action)
-        self._episode_actions.append(np.asarray(action, dtype=np.float32))
-        done = bool(terminated or truncated)
-        buffer.add_transition(
-            dict(
-                observations=self.observation,
-                actions=np.asarray(action, dtype=np.float32),
-                rewards=np.float32(self.reward_fn(reward)),
-                terminals=np.float32(done),
-                masks=np.float32(1.0 - float(terminated)),
-                next_observations=next_observation,
-            )
-        )
-        if done:
-            self.observation = None
-            self.queue.reset()
-            return info
-        self.observation = next_observation
-        return None

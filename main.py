@@ -14,6 +14,11 @@ Loop outline:
   5. Evaluation (open-loop chunks, --eval_episodes episodes) at every multiple of --eval_interval of
      each phase and at the end of each phase. Steps are logged as offline step i -> i, online step
      i -> offline_steps + i.
+
+Call chains, one seed, --updates_per_dispatch=1: a batch is `sampler.sample` (runner/dispatch.py) ->
+`run.windows.sample` (the agent's window source, held by the run from setup; utils/device_sampler.py
+`ChunkWindows` by default) -> `Dataset.sample_sequence` (utils/datasets.py); an update is `update` (=
+`ACFQLAgent.update`) -> `_update` -> `network.apply_loss_fn` -> `loss_fn` -> `total_loss` -> `critic_loss`.
 """
 
 import functools

@@ -43,7 +43,7 @@ def main(_):
     agent, timer = group.agent, group.timer
     group.start_online(with_offline_data=False)
     batch_update = group.batch_update_fn()  # ACRLPDAgent.batch_update for one seed
-    h = group.agent_config["horizon_length"]
+    h = cfg.window_length  # rows one window spans (the agent's SPEC.window_length)
 
     # ---- act -> sample -> update -> log -> save/evaluate -> run state -----------------------------------------
     first = group.start_step("online")

@@ -11,7 +11,7 @@ import importlib.util
 import os
 import pkgutil
 import sys
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Optional
 
 from agents.common import AgentSpec, Method  # noqa: F401 - the registry's types, re-exported
 
@@ -131,72 +131,6 @@ def default_agent(driver: str) -> AgentSpec:
 def method_owner(method: str) -> Optional[AgentSpec]:
     """The agent that runs paper method `method` (a `--method` name), or None."""
     return next((s for s in REGISTRY.values() if method in s.methods), None)
-
-
-def _format(value) -> str:
-    if isinstance(value, float):
-        return format(value, "g")
-    if isinstance(value, (tuple, list)) and value and len(set(value)) == 1:
-        return f"{value[0]}x{len(value)}"  # (256, 256, 256) -> 256x3
-    if isinstance(value, (tuple, list)):
-        return "(" + ",".join(str(v) for v in value) + ")"
-    return str(value)
-
-
-def _same(a, b) -> bool:
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
-        return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(b)))
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return a == b
-
-
-# Keys filled in from the data or derived by create(): never part of a label.
-DERIVED_KEYS = ("ob_dims", "action_dim", "target_entropy", "agent_name")
-
-
-def describe(
-    config: Mapping, paper_values: Optional[Mapping] = None, defaults: Optional[Mapping] = None, shown: Sequence = ()
-):
-    """`(method label, run label)` of a resolved agent config (a run's `flags.json` `agent`).
-
-    A config of a paper method (`method_of`, with every key known to the agent) is labelled by the method,
-    e.g. `('QC', 'QC h=3 N=16')`: plus each setting of the method (its definition, then `paper_values`,
-    the paper's `{setting: value}` for the run's domain; `None` counts as different) the run differs
-    in, plus every other key that differs from the agent's `get_config()`. Any other config (an
-    unknown agent, unknown keys, a combination no method has) is labelled from its own agent name and
-    the keys that differ from its defaults (`defaults`, else the registered agent's `get_config()`),
-    e.g. `('toy', 'toy toy_weight=0.5')`: never with a paper method's label; keys in `shown` (those the
-    runs plotted beside it vary in) appear whatever their value, e.g. `'toy toy_weight=0.5'` beside
-    `'toy toy_weight=1'` although 0.5 is the default.
-    """
-    name = str(config.get("agent_name"))
-    spec = REGISTRY.get(name)
-    if defaults is None and spec is not None:
-        defaults = spec.get_config().to_dict()
-    defaults = dict(defaults or {})
-    known = spec is not None and set(config) <= set(spec.get_config().keys())
-    method = spec.method_of(config) if known else None
-    if method is not None and method in spec.methods:
-        entry = spec.methods[method]
-        parts, shown = [entry.label], set()
-        for setting, paper in {**entry.settings, **(paper_values or {})}.items():
-            if not setting.startswith("agent.") and setting != "horizon_length":
-                continue  # a driver flag such as --sparse: not an agent setting
-            key = setting[len("agent.") :] if setting.startswith("agent.") else setting
-            shown.add(key)
-            if key in config and (paper is None or not _same(config[key], paper)):
-                parts.append(f"{spec.short_names.get(setting, key)}={_format(config[key])}")
-        extra = [k for k in sorted(config) if k not in shown and k not in DERIVED_KEYS]
-        parts += [f"{k}={_format(config[k])}" for k in extra if k in defaults and not _same(config[k], defaults[k])]
-        return entry.label, " ".join(parts)
-    parts = [name]
-    for key in sorted(config):
-        if key in DERIVED_KEYS:
-            continue
-        if key in shown or key not in defaults or not _same(config[key], defaults[key]):
-            parts.append(f"{key}={_format(config[key])}")
-    return name, " ".join(parts)
 
 
 _discover()

@@ -64,6 +64,8 @@ class AgentSpec:
             dataset's generator, `source.on_device()` gives a device sampler (`sample(key, B)`, jittable) when
             `source.fits_on_device()`. Default: `utils.device_sampler.ChunkWindows` (h-step windows).
         window_length: `config -> rows` a window needs (the data must have trajectories that long).
+        chunk_length: `config -> actions` one `sample_actions` call returns (the chunk the action queue runs);
+            default `policy_steps` (`horizon_length`, 1 with `action_chunking=False`).
         online: it can learn online (main.py's online phase, main_online.py); False: offline only.
     """
 
@@ -79,6 +81,7 @@ class AgentSpec:
     goal_conditioned: bool = False
     windows: Optional[Callable[[object, Mapping], object]] = None
     window_length: Callable[[Mapping], int] = lambda config: config["horizon_length"]
+    chunk_length: Callable[[Mapping], int] = lambda config: policy_steps(config)
     online: bool = True
 
 
@@ -200,8 +203,8 @@ def init_key(seed):
 
 
 def policy_steps(config: Mapping) -> int:
-    """Actions per actor/critic input: `horizon_length` with `action_chunking`, else 1."""
-    return config["horizon_length"] if config["action_chunking"] else 1
+    """Actions per actor/critic input: `horizon_length` with `action_chunking` (or without the key), else 1."""
+    return config["horizon_length"] if config.get("action_chunking", True) else 1
 
 
 def policy_actions(actions, config: Mapping):

@@ -360,7 +360,7 @@ def check_config(config):
 
 
 def get_config():
-    """DQC hyperparameters: the release's `get_config()` defaults (the paper's per-domain values: DESIGN.md 12).
+    """DQC hyperparameters: the release's `get_config()` defaults (the paper's per-domain values: `METHODS` below).
 
     `agent_name` and `batch_size` are read by the drivers, the `value_*` goal keys by utils/goal_windows.py
     (which reads `backup_horizon` and `discount` too), every other key by this file. Dropped from the
@@ -399,7 +399,7 @@ def get_config():
     )
 
 
-# ---- the paper's methods (experiments/reproduce.py of the release; DESIGN: Li, Park, Levine 2026) ------------
+# ---- the paper's methods (experiments/reproduce.py of the release; Li, Park, Levine 2026) --------------------
 
 # kappa_b / kappa_d per (use_chunk_critic, h, h_a) and domain; kappa_d only where a chunk critic is distilled.
 # Order of the domains: cube-triple, cube-quadruple, cube-octuple, humanoidmaze-giant, puzzle-4x5, puzzle-4x6.
@@ -445,6 +445,7 @@ def _method(label, chunk_critic, h, h_a, kappas):
         "agent.distill_method": "expectile",
         "agent.implicit_backup_type": "quantile",
         "online_steps": 0,  # offline only
+        "eval_interval": 250_000,  # the release's: evaluations line up with its points at 0.25/0.5/0.75/1M
     }
     if label.startswith("QC h="):
         settings["action_chunk_eval_sizes"] = "0,1,5"  # DQC-naive: only the first actions of each chunk
@@ -488,5 +489,6 @@ SPEC = common.AgentSpec(
     goal_conditioned=True,
     windows=GoalWindowSource,
     window_length=lambda config: config["backup_horizon"],
+    chunk_length=lambda config: config["policy_chunk_size"],
     online=False,
 )

@@ -60,7 +60,7 @@ import ogbench.utils
 from envs import ogbench_utils, provenance, robomimic_utils
 from utils.files import existing_ancestor
 from utils.progress import progress as progress_bar
-from utils.startup import quiet_startup
+from utils.startup import parse_absl_flags, quiet_startup
 
 OGBENCH_URL = ogbench.utils.DATASET_URL  # https://rail.eecs.berkeley.edu/datasets/ogbench
 # OGBench's 100M-transition sets within our domains (OGBench README, "additional features"), each a directory of
@@ -593,4 +593,4 @@ if __name__ == "__main__":
     from absl import app
 
     _define_flags()
-    app.run(main)
+    app.run(main, flags_parser=parse_absl_flags)

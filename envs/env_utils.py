@@ -1,34 +1,11 @@
 """One entry point for environments and offline datasets, and the reward transforms both drivers use.
 
-`make_env_and_datasets` dispatches on the env name:
-
-    OGBench  {scene,puzzle-3x3,cube-single,cube-double,cube-triple,cube-quadruple}-{play,noisy}
-             -singletask[-task{1..5}]-v0                       -> envs/ogbench_utils.py
-    OGBench goal-conditioned <domain>-<type>-oraclerep-v0 (e.g. cube-triple-play-oraclerep-v0,
-             humanoidmaze-giant-navigate-oraclerep-v0; DQC)   -> envs/ogbench_goals.py
-    robomimic {lift,can,square,transport,tool_hang}-{mh,ph}-low_dim -> envs/robomimic_utils.py (its
-             simulator, robosuite, is an optional extra, requirements-robomimic.txt, imported only
-             when a robomimic env is made)
-
-and applies the parts common to every domain: `dataset_proportion`, the sparse reward transform, the
-`EpisodeMonitor` wrapper and the env seeds. The same `reward_fn` that transformed the offline
-rewards is handed to the driver for every online reward (one transform, here).
-
-`EnvAndDatasets.make_eval_env` builds further evaluation envs, wrapped exactly like `eval_env`
-(`make_eval_env`), e.g. the `E` copies of a batched evaluation (`evaluation.make_eval_vector_env`);
-it is a `functools.partial` of a module-level function, so subprocesses can unpickle it.
-
-`success_timing` ('post', the paper's and the default, or 'pre') chooses whether an OGBench env's step
-returns the reward/success of the state after or before the action; `dataset_success_timing` ('pre',
-the default, or 'post') chooses the state the offline rewards and masks are relabelled from. The
-paper's runs (ogbench 1.1.2) had env 'post' and offline 'pre': ogbench's loader relabels transition t
-from the stored state of s_t in every version (envs/ogbench_utils.py; docs/differences.md). Robomimic
-ignores both: its rewards are always robosuite's post-step ones.
-
-Goal-conditioned envs (`EnvAndDatasets.goal_conditioned`): no task reward exists offline, so the data carry
-`oracle_reps` (the goals DQC's windows draw) and zero rewards; `dataset_success_timing` does not apply and
-`sparse` is refused. Their envs score success post-step in ogbench (`success_timing`, 'post' by default, is
-passed as given) and are evaluated on every task of `task_names` (`evaluation.evaluate(..., task_names=...)`).
+`make_env_and_datasets` dispatches on the env name (docs/datasets.md): OGBench single-task names to
+envs/ogbench_utils.py, OGBench `-oraclerep-` names (DQC) to envs/ogbench_goals.py, robomimic names to
+envs/robomimic_utils.py (its simulator an optional extra, imported only when a robomimic env is made); and
+applies what every domain shares: `dataset_proportion`, the sparse reward transform, the `EpisodeMonitor`
+wrapper and the env seeds. The same `reward_fn` that transformed the offline rewards transforms every online
+reward (one transform, here).
 """
 
 from __future__ import annotations
@@ -104,29 +81,13 @@ def supported_env_patterns() -> list[str]:
 
 @dataclasses.dataclass
 class EnvAndDatasets:
-    """What `make_env_and_datasets` returns.
-
-    Attributes:
-        env, eval_env: `EpisodeMonitor`-wrapped gymnasium envs (training and evaluation).
-        train_dataset, val_dataset: dicts of float32 arrays (`observations, actions, rewards,
-            terminals, masks, next_observations`; goal-conditioned envs add `oracle_reps` `(N, G)`, with
-            zero rewards and unit masks); `val_dataset` is None unless `load_val=True` and a val file exists.
-        reward_fn: the online reward transform (sparse or identity; robomimic adds its -1 shift).
-        next_shard: None unless the data is sharded; else a `ShardCycler`, `() -> dict` loading the
-            next shard (cycling) with the same processing as the first.
-        metadata: `run_metadata(env_name, success_timing, dataset_success_timing)` plus `datasets`: one
-            provenance record per file used (the training file or every shard, then the val file if loaded;
-            `envs.provenance`: path, size, sha256, source 'official'/'generated'/'unknown', and for generated
-            files the generator's settings).
-        make_eval_env: `() -> gymnasium.Env`, a new env built and wrapped like `eval_env` (`make_eval_env`
-            with this run's env name, success timing and, for robomimic, the file's env metadata and the
-            `eval_env` seed); picklable (`functools.partial` of a module-level function), for
-            `evaluation.make_eval_vector_env`. Not reset: `evaluation.evaluate_batched` seeds every episode.
-            None only for an `EnvAndDatasets` built by hand.
-        goal_conditioned: True for an oraclerep env: offline data with `oracle_reps`, evaluation over every
-            task of `task_names` with the goal of `info['goal']`.
-        task_names: the goal-conditioned env's evaluation tasks, task id `i` at position `i - 1` (5 in every
-            OGBench domain); () for single-task envs. Pass it to `evaluation.evaluate(..., task_names=...)`.
+    """What `make_env_and_datasets` returns: `env`, `eval_env` (`EpisodeMonitor`-wrapped); `train_dataset`,
+    `val_dataset` (None unless loaded): dicts of float32 `observations, actions, rewards, terminals, masks,
+    next_observations` (goal-conditioned: plus `oracle_reps`); `reward_fn`, the online reward transform;
+    `next_shard`, a `ShardCycler` for sharded data (else None); `metadata`, `run_metadata` plus one
+    `envs.provenance` record per file; `make_eval_env`, a picklable `() -> env` built like `eval_env`, not
+    reset (for `evaluation.make_eval_vector_env`); `goal_conditioned` and `task_names` (task id `i` at
+    position `i - 1`; () for single-task envs).
     """
 
     env: object
@@ -165,27 +126,10 @@ def make_eval_env(
     robomimic_seed: int | None = None,
     **env_kwargs,
 ) -> EpisodeMonitor:
-    """One evaluation env of `env_name`, built and wrapped as `make_env_and_datasets` builds `eval_env`.
-
-    Use `EnvAndDatasets.make_eval_env` (this function with the run's arguments bound) rather than calling
-    it directly. The env is not reset.
-
-    Args:
-        env_name: an OGBench or robomimic name (module docstring).
-        success_timing: OGBench only: 'post' or 'pre' (`make_env_and_datasets`).
-        robomimic_env_meta: robomimic only, required: the dataset file's env metadata
-            (`robomimic_utils.load_env_meta`).
-        robomimic_seed: robomimic only: the seed of the env's simulator stream until its first seeded reset.
-        **env_kwargs: OGBench only: passed to `gymnasium.make` (e.g. `max_episode_steps`, for tests).
-
-    Returns:
-        `EpisodeMonitor(env)` (OGBench: with `OGBENCH_INFO_FILTERS`; goal-conditioned: around
-        `GlobalNumpySeeding(env)`).
-
-    Raises:
-        ValueError: unknown env name, bad timing, robomimic without `robomimic_env_meta` or with `env_kwargs`.
-        ImportError: a robomimic env without its simulator extra.
-    """
+    """One evaluation env of `env_name`, built and wrapped as `make_env_and_datasets` builds `eval_env`, not reset
+    (use `EnvAndDatasets.make_eval_env`, the run's arguments bound). `success_timing` and `env_kwargs`: OGBench
+    only; `robomimic_env_meta` (required) and `robomimic_seed`: robomimic only. `ValueError` for a bad name,
+    timing or robomimic arguments; `ImportError` for robomimic without its simulator extra."""
     if robomimic_utils.is_robomimic_env(env_name):
         if robomimic_env_meta is None:
             raise ValueError(
@@ -306,44 +250,17 @@ def make_env_and_datasets(
     load_val: bool = False,
     hash_datasets: bool = True,
 ) -> EnvAndDatasets:
-    """Make the training and evaluation envs and load the offline datasets for `env_name`.
+    """The training and evaluation envs and the offline datasets of `env_name` (docs/datasets.md).
 
-    Args:
-        env_name: see the module docstring (e.g. 'cube-double-play-singletask-task2-v0').
-        dataset_path: one explicit npz file (OGBench; its val file is `<stem>-val.npz`) or robomimic
-            hdf5 file.
-        dataset_dir: directory holding `<dataset>.npz` (and optionally `<dataset>-val.npz`), or npz shards
-            (cycled through `next_shard`). Default: `~/.ogbench/data`. For robomimic: the root in place of
-            `~/.robomimic` (`<dir>/<task>/<type>/low_dim_v15.hdf5`).
-        dataset_proportion: keep the first this fraction of the training rows (reference behaviour;
-            the last kept row is marked terminal). In (0, 1]; must be 1 for sharded data.
-        sparse: apply `sparse_reward_transform` to the offline rewards; `reward_fn` applies it online.
-        action_clip_eps: clip dataset actions to [-1 + eps, 1 - eps] (None: no clipping).
-        seed: the run's seed: env and eval env are reset once, with the `env` and `eval_env` streams of
-            `utils.seeding` (the driver's collector continues the env's own stream from there).
-        success_timing: OGBench only: 'post' (reward, success and terminated of the state after the
-            action, as in ogbench 1.1.2 and the paper) or 'pre' (of the state before it, ogbench >= 1.2's
-            registered default). Robomimic ignores it (robosuite's rewards are post-step).
-        dataset_success_timing: OGBench only: relabel offline transition t from s_t ('pre', what ogbench's
-            loader does in every version, so the paper's data) or from s_{t+1} ('post', consistent with a
-            'post' env).
-        load_val: also load the OGBench validation file `<stem>-val.npz` of the (first) training file
-            when it exists. Off by default: nothing in training reads it, and no run needs the file.
-        hash_datasets: compute each file's sha256 for `metadata['datasets']` (streamed; about 1 s per GB here,
-            so a 100-shard set costs a minute or two at start). False records `sha256: None`.
-
-    Returns:
-        `EnvAndDatasets` (`val_dataset` None unless `load_val` found a val file; `goal_conditioned` and
-        `task_names` set for an oraclerep env, whose datasets carry `oracle_reps`).
-
-    Raises:
-        ValueError: unknown env name (lists the supported patterns), `success_timing` not 'post'/'pre',
-            `dataset_proportion` outside (0, 1] or < 1 with shards, `sparse` with a goal-conditioned env, and
-            every data problem `ogbench_utils.load_ogbench_dataset` (`ogbench_goals.load_oraclerep_dataset`)
-            reports.
-        FileNotFoundError: a dataset file is missing (the message gives the generator command, or for
-            robomimic where to download the file and where it goes).
-        ImportError: a robomimic env without its simulator extra (the message gives the install commands).
+    `dataset_path`: one npz (its val file `<stem>-val.npz`) or robomimic hdf5; `dataset_dir`: the directory of
+    `<dataset>.npz` or of npz shards (cycled by `next_shard`), for robomimic the root in place of `~/.robomimic`.
+    `dataset_proportion` in (0, 1] keeps the first rows (1 for shards); `sparse` applies
+    `sparse_reward_transform` offline and online; `seed` resets both envs once from the `env` and `eval_env`
+    streams. OGBench only: `success_timing` (env) and `dataset_success_timing` (offline relabelling), 'post'
+    or 'pre' (docs/datasets.md, section 5). `load_val` loads the val file when it exists; `hash_datasets`
+    records each file's sha256. `ValueError` for a bad name (listing the patterns), timing, proportion,
+    `sparse` with goals, or data; `FileNotFoundError` with the command that makes the file; `ImportError`
+    for robomimic without its extra.
     """
     if not 0.0 < dataset_proportion <= 1.0:
         raise ValueError(f"dataset_proportion must be in (0, 1], got {dataset_proportion}.")

@@ -108,7 +108,7 @@ from envs.ogbench_utils import (
 from envs.provenance import GENERATOR_METADATA_KEY, encode_generator_metadata
 from utils.files import existing_ancestor
 from utils.progress import progress as progress_bar
-from utils.startup import quiet_startup
+from utils.startup import parse_absl_flags, quiet_startup
 
 # Bump when a seed would no longer give the same draws (a change in the procedure or its defaults).
 GENERATOR_VERSION = 2  # 2: per-episode random streams (`episode_streams`); 1: one sequential stream
@@ -676,4 +676,4 @@ if __name__ == "__main__":
     from absl import app
 
     _define_flags()
-    app.run(main)
+    app.run(main, flags_parser=parse_absl_flags)

@@ -1,30 +1,10 @@
 """OGBench environment and dataset names, single-task environments and their offline datasets, from local files.
 
-The files get there by `python -m envs.download_datasets` (the official files, for reproducing the paper;
-`download_command`) or, without network, by `python -m envs.generate_dataset` (the same procedure with
-new random draws; `generator_command`). A missing file's error gives both commands.
-
-Names (see `parse_ogbench_name`):
-
-    training env   <domain>-<type>-singletask[-task<N>]-v0   e.g. cube-double-play-singletask-task2-v0
-    dataset        <domain>-<type>-v0                         e.g. cube-double-play-v0
-    gym env id     <domain>-singletask[-task<N>]-v0           what `gymnasium.make` is given
-    collection id  <domain>-v0                                the env the generator drives
-
-with <domain> in `DOMAINS` and <type> in `DATASET_TYPES`. Goal-conditioned names
-`<domain>-<type>-oraclerep-v0` (domains `GOAL_DOMAINS`, humanoidmaze with type 'navigate') read the same
-dataset files; their envs and loader are in `envs/ogbench_goals.py`. Without `-task<N>` ogbench uses the
-domain's default task, set in the env's `set_tasks`: task 2 for cube-* and scene, task 4 for
-puzzle-3x3 (`effective_task_id` returns the number, `ogbench_metadata` records it).
-
-Files: `<dataset_dir>/<dataset>.npz` (default dir `~/.ogbench/data`) and, optionally, its companion
-`<dataset>-val.npz` (nothing in training reads it; `envs.env_utils.make_env_and_datasets` loads it only
-with `load_val=True`), as written by OGBench's `data_gen_scripts/generate_manipspace.py` or by our
-`envs.generate_dataset`. Each file stores whole trajectories row by row (keys `observations, actions,
-terminals, qpos, qvel` and, for scene and puzzle, `button_states`); `terminals` is 1 on the last row of
-each trajectory; `qpos`/`qvel`/`button_states` of a row are the simulator state its observation was
-computed from. Loading (`load_ogbench_dataset`) turns this into transitions the way
-`ogbench.utils.load_dataset(compact_dataset=False)` does:
+Names, files, the loading steps and the success timing: docs/datasets.md, sections 1-5. Nothing here
+downloads: a missing file's `FileNotFoundError` gives the `envs.download_datasets` and `envs.generate_dataset`
+commands. Loading (`load_ogbench_dataset`) turns stored trajectories into transitions as
+`ogbench.utils.load_dataset(compact_dataset=False)` does, then relabels rewards and masks from the stored
+simulator state of the row the success timing names:
 
                           |<--- traj 1 --->|  |<--- traj 2 --->|
     stored  observations  [s0, s1, s2, s3, s4, s0, s1, s2, s3, s4]
@@ -34,27 +14,6 @@ computed from. Loading (`load_ogbench_dataset`) turns this into transitions the 
             terminals         [ 0,  0,  0,  1,      0,  0,  0,  1]
             rewards/masks of  [s1, s2, s3, s4,     s1, s2, s3, s4]   success_timing='post'
                               [s0, s1, s2, s3,     s0, s1, s2, s3]   success_timing='pre'
-
-then relabels `rewards` and `masks` for the env's task with `ogbench.relabel_utils.relabel_dataset`
-from the stored simulator state of the row the success timing names (see below), and clips actions
-to [-1 + eps, 1 - eps].
-
-Success timing (`success_timing`, 'post' or 'pre'; ogbench's `ManipSpaceEnv.step`). With 'post',
-`env.step(a_t)` returns the reward, `info['success']` and `terminated` of the state s_{t+1} *after* the
-action; with 'pre', of the state s_t *before* it (the reward is computed from the simulator state
-before the action, success/terminated are the flag the previous step left, False right after a reset).
-ogbench 1.1.2 (what the paper ran) computed them post-step; ogbench >= 1.2.0 registers every
-`*-singletask*` env with 'pre'. We pass the timing explicitly, default 'post' (the paper's), and the
-offline relabelling follows it, so that a stored transition (s_t, a_t, s_{t+1}) gets the reward and
-mask the env returns online for it: 'post' from s_{t+1} (the next stored row of the same trajectory,
-the state `next_observations[t]` belongs to), 'pre' from s_t. (`ogbench.make_env_and_datasets`
-relabels from s_t whatever the timing, so under 1.1.2 its offline rewards were one step earlier than
-the online ones.)
-`masks[t] = 1 - success` of that state; `terminals` mark trajectory ends only. `ogbench_metadata()`
-records the ogbench version, the timing and the task id of a run.
-
-Nothing here downloads: ogbench's own `make_env_and_datasets`/`download_datasets` are never called.
-A missing file raises `FileNotFoundError` with the `envs.generate_dataset` command that creates it.
 """
 
 from __future__ import annotations
@@ -210,12 +169,7 @@ def _check_type(name: str, domain: str, dataset_type: str) -> None:
 
 def parse_ogbench_name(name: str) -> OGBenchName | None:
     """Parse a training env name (single-task or oraclerep), a dataset name or a collection env id; None if it
-    is none of them.
-
-    Raises:
-        ValueError: a singletask name whose task id is outside 1..5; a dataset type the domain does not have
-            (e.g. humanoidmaze-giant-play-v0: humanoidmaze's data are 'navigate').
-    """
+    is none of them. `ValueError` for a task id outside 1..5 or a type the domain does not have."""
     m = _ENV_RE.match(name)
     if m is not None:
         task_id = None if m["task"] is None else int(m["task"])
@@ -277,20 +231,10 @@ def expert_data_error(dataset_name: str) -> str:
 
 
 def resolve_dataset_name(env_name: str, dataset_type: str | None = None) -> OGBenchName:
-    """The dataset to generate for a dataset name, a training env name or a `<domain>-v0` id.
-
-    Args:
-        env_name: e.g. 'cube-single-play-v0', 'cube-single-play-singletask-task1-v0',
-            'puzzle-4x5-play-oraclerep-v0' or 'cube-single-v0'.
-        dataset_type: 'play' or 'noisy'; default: the one in the name, else 'play'.
-
-    Returns:
-        `OGBenchName` with `domain` and `dataset_type` set (task_id None, oraclerep False).
-
-    Raises:
-        ValueError: unknown name or type, a type that contradicts the name, or a domain whose data come from
-            expert policies (humanoidmaze: one line naming the download command).
-    """
+    """The dataset to generate (`OGBenchName`, `domain` and `dataset_type` set) for a dataset name, a training
+    env name or `<domain>-v0`; `dataset_type` ('play' or 'noisy') defaults to the name's, else 'play'.
+    `ValueError` for an unknown name or type, a type that contradicts the name, or expert data (humanoidmaze:
+    the download command)."""
     name = parse_ogbench_name(env_name)
     if name is None:
         raise ValueError(
@@ -310,15 +254,8 @@ def resolve_dataset_name(env_name: str, dataset_type: str | None = None) -> OGBe
 def generator_command(
     env_name: str, save_path: str | None = None, num_episodes: int | None = None, seed: int | str = 0
 ) -> str:
-    """The shell command that generates the dataset of `env_name` (for error messages and the README).
-
-    Args:
-        env_name: training env name, dataset name, or `<domain>-v0`.
-        save_path: where the file should go; default `~/.ogbench/data/<dataset>.npz` (expanded). Quoted for
-            the shell unless it contains `$(` (a shell loop's shard name, built by the caller).
-        num_episodes: default: the published count for the domain.
-        seed: the `--seed` value (a shell variable such as '$i' in a loop).
-    """
+    """The shell command that generates the dataset of `env_name` (default `save_path`: the default data
+    directory, quoted unless it holds a shell loop's `$(`; default `num_episodes`: the published count)."""
     name = resolve_dataset_name(env_name)
     num_episodes = num_episodes or PUBLISHED_NUM_EPISODES[name.domain]
     save_path = save_path or default_dataset_path(name.dataset_name)
@@ -330,13 +267,7 @@ def generator_command(
 
 
 def download_command(env_names: str | list[str], dataset_dir: str | None = None) -> str:
-    """The shell command that downloads official datasets with `envs.download_datasets`.
-
-    Args:
-        env_names: one name or several (training env names, dataset names, `<dataset>-100m-v0` shard sets,
-            robomimic env names).
-        dataset_dir: OGBench data directory; omitted from the command when it is the default `~/.ogbench/data`.
-    """
+    """The `envs.download_datasets` command for `env_names` (one or several; `dataset_dir` omitted when default)."""
     names = [env_names] if isinstance(env_names, str) else list(env_names)
     command = f"python -m envs.download_datasets --env_names={','.join(names)}"
     if dataset_dir is not None:
@@ -371,14 +302,8 @@ def check_success_timing(success_timing: str) -> str:
 
 
 def effective_task_id(env_name: str) -> int:
-    """The task a training env runs: N for `...-singletask-taskN-v0`, else the domain's default task.
-
-    The default is ogbench's own (set by the env's `set_tasks`, e.g. 4 for puzzle-3x3, 2 for cube-* and
-    scene), read from an env instance, not assumed.
-
-    Raises:
-        ValueError: unsupported name.
-    """
+    """The task a training env runs: N for `...-singletask-taskN-v0`, else ogbench's default (its `set_tasks`,
+    read from an env instance); `ValueError` for an unsupported name."""
     name = _parse_env_name(env_name)
     if name.task_id is not None:
         return name.task_id
@@ -386,20 +311,7 @@ def effective_task_id(env_name: str) -> int:
 
 
 def ogbench_metadata(env_name: str, success_timing: str = "post") -> dict:
-    """Version of ogbench in use, the success timing a run uses and the task it runs.
-
-    Args:
-        env_name: training env name, e.g. 'cube-double-play-singletask-task2-v0'.
-        success_timing: 'post' or 'pre', as passed to `make_ogbench_env` and `load_ogbench_dataset`.
-
-    Returns:
-        {'ogbench_version': e.g. '1.2.2', 'success_timing': 'post' or 'pre', 'reward_timing': 'post-step'
-        or 'pre-step', 'task_id': int}. 'post-step': the reward/success returned by step(a_t) are those of
-        s_{t+1} (ogbench 1.1.x, the paper); 'pre-step': of s_t (ogbench >= 1.2 singletask registrations).
-
-    Raises:
-        ValueError: unsupported name or timing.
-    """
+    """`flags.json`'s env facts: `timing_metadata(success_timing)` plus the `task_id` (docs/datasets.md, section 5)."""
     return {**timing_metadata(success_timing), "task_id": effective_task_id(env_name)}
 
 
@@ -415,17 +327,9 @@ def timing_metadata(success_timing: str) -> dict:
 
 
 def make_ogbench_env(env_name: str, success_timing: str = "post", **env_kwargs) -> gymnasium.Env:
-    """Create the single-task env for a training env name (what ogbench's `env_only=True` returns).
-
-    Args:
-        env_name: e.g. 'cube-double-play-singletask-task2-v0'.
-        success_timing: 'post' (reward, success and terminated of the state after the action; the paper,
-            ogbench 1.1.2) or 'pre' (of the state before it; ogbench >= 1.2's registered default).
-        **env_kwargs: passed to `gymnasium.make` (e.g. `max_episode_steps`).
-
-    Raises:
-        ValueError: unsupported name or timing.
-    """
+    """The single-task env of a training env name (ogbench's `env_only=True`) with the success timing passed
+    explicitly (docs/datasets.md, section 5); `env_kwargs` go to `gymnasium.make`. `ValueError` for an
+    unsupported name or timing."""
     env_id = _parse_env_name(env_name).env_id
     return gymnasium.make(env_id, success_timing=check_success_timing(success_timing), **env_kwargs)
 
@@ -460,15 +364,8 @@ def parse_shard_set(set_name: str) -> tuple[str, str] | None:
 
 
 def shard_generator_command(set_name: str, dataset_dir: str = DEFAULT_DATASET_DIR) -> str:
-    """A one-line shell loop that generates a large set's shards locally (shard `i` with `--seed=$i`).
-
-    Args:
-        set_name: e.g. 'cube-quadruple-play-100m-v0' (100 shards) or 'cube-octuple-play-1b-v0' (1000 shards).
-        dataset_dir: the directory that holds `<set_name>/`.
-
-    Raises:
-        ValueError: not a large-set name, or a domain that cannot be generated (humanoidmaze).
-    """
+    """A one-line shell loop that generates a large set's shards (`<set_name>`, e.g. 'cube-quadruple-play-100m-v0',
+    shard `i` with `--seed=$i`) under `dataset_dir`; `ValueError` for another name or humanoidmaze."""
     parsed = parse_shard_set(set_name)
     if parsed is None:
         raise ValueError(f"{set_name!r} is not a large set name (<dataset stem>-100m-v0 or -1b-v0).")
@@ -629,34 +526,15 @@ def load_ogbench_dataset(
     keep_info: bool = False,
     success_timing: str = "pre",
 ) -> dict[str, np.ndarray]:
-    """Load one OGBench npz file as relabelled transitions for the task of `env_name`.
+    """One OGBench npz file (a single file, a `-val` file or a shard) as relabelled transitions for the task
+    of `env_name`, in a private env (docs/datasets.md, section 4; `--sparse` is `envs.env_utils`' business).
 
-    Use it for a single file, a `-val` file, or each shard of a sharded dataset
-    (`list_dataset_shards`). Rewards are the dense task rewards; apply
-    `envs.env_utils.sparse_reward_transform` for `--sparse` (or call `envs.env_utils.load_dataset_shard`,
-    which does both).
-
-    Args:
-        path: the npz file.
-        env_name: training env name, e.g. 'cube-double-play-singletask-task2-v0' (chooses the task).
-            The env used for relabelling is a private one, never the caller's (relabelling resets it).
-        action_clip_eps: actions are clipped to [-1 + eps, 1 - eps]; None keeps them as stored.
-        keep_info: keep the simulator-state keys `qpos`, `qvel` (and `button_states`) of s_t.
-        success_timing: rewards and masks of transition t are those of s_t ('pre', the default: what
-            ogbench's own loader does in every version, so the data of the paper's runs) or of s_{t+1}
-            ('post'), which is what `env.step(a_t)` returns for it under the same env timing.
-
-    Returns:
-        dict of float32 arrays with T = stored rows - number of trajectories:
-        observations (T, ob_dim), actions (T, 5), next_observations (T, ob_dim),
-        rewards (T,) (= number of satisfied task conditions - number of conditions, <= 0),
-        masks (T,) (0 where that state solves the task, else 1), terminals (T,) (1 on the last transition
-        of each trajectory); with keep_info also qpos (T, nq), qvel (T, nv) [, button_states (T, n)].
-
-    Raises:
-        FileNotFoundError: no file at `path` (the message gives the generator command).
-        ValueError: unsupported env name or timing; unreadable/truncated file; missing key; mismatched
-            lengths; NaN/inf in observations, actions, qpos or qvel; terminals not 0/1 or not ending in 1.
+    `success_timing`: rewards and masks of transition t from s_t ('pre', ogbench's loader in every version, so
+    the paper's data) or s_{t+1} ('post'). Actions are clipped to `[-1 + eps, 1 - eps]` (None: as stored);
+    `keep_info` keeps `qpos`, `qvel` (and `button_states`) of s_t. Returns float32 `observations`,
+    `next_observations (T, ob)`, `actions (T, A)`, `rewards (T,)` (minus the unmet task conditions),
+    `masks (T,)` (0 where solved), `terminals (T,)`, T = stored rows - trajectories. `FileNotFoundError`
+    (with the generator command) for a missing file; `ValueError` for a bad name, timing or file.
     """
     name = _parse_env_name(env_name)
     check_success_timing(success_timing)
@@ -696,17 +574,8 @@ def load_ogbench_dataset(
 
 
 def list_dataset_shards(dataset_dir: str, dataset_name: str | None = None) -> list[str]:
-    """Sorted training shards (`*.npz` minus `*-val.npz`) in a directory, e.g. the 100M cube-quadruple data.
-
-    Args:
-        dataset_dir: directory of npz shards.
-        dataset_name: keep only files whose name starts with it without the version suffix (for
-            'cube-quadruple-play-v0': 'cube-quadruple-play*', which also matches '...-play-100m-v0-003.npz').
-            None keeps every npz.
-
-    Raises:
-        FileNotFoundError: the directory does not exist or holds no matching shard.
-    """
+    """Sorted training shards (`*.npz` minus `*-val.npz`) of `dataset_dir` whose name starts with `dataset_name`
+    without its version (None: every npz); `FileNotFoundError` for a missing directory or no shard."""
     dataset_dir = os.path.expanduser(dataset_dir)
     if not os.path.isdir(dataset_dir):
         raise FileNotFoundError(f"Dataset directory not found: {dataset_dir}")
@@ -722,20 +591,10 @@ def list_dataset_shards(dataset_dir: str, dataset_name: str | None = None) -> li
 
 
 def resolve_dataset_paths(env_name: str, dataset_path: str | None = None, dataset_dir: str | None = None) -> list[str]:
-    """Pick the training file(s) for an env; the `-val` file is never required (`existing_val_path`).
-
-    Order: an explicit `dataset_path`; else `<dataset_dir>/<dataset>.npz` if it exists; else the shards
-    in `dataset_dir` (`list_dataset_shards`); else `~/.ogbench/data/<dataset>.npz` when no `dataset_dir`
-    was given.
-
-    Returns:
-        One path, or every shard in cycling order.
-
-    Raises:
-        FileNotFoundError: the chosen training file is missing (message names the file and the generator
-            command), or `dataset_dir` holds neither layout.
-        ValueError: unsupported env name; `dataset_path` exists but is no regular file (a directory, a device).
-    """
+    """The training file(s) of an env, one path or every shard in cycling order: `dataset_path`; else
+    `<dataset_dir>/<dataset>.npz`; else the shards in `dataset_dir`; else the default directory's file (the
+    `-val` file is never required). `FileNotFoundError` naming the file and the generator command;
+    `ValueError` for an unsupported name or a `dataset_path` that is no regular file."""
     goal_conditioned = is_oraclerep_env(env_name)
     name = parse_oraclerep_name(env_name) if goal_conditioned else _parse_env_name(env_name)
     dataset_name = name.dataset_name

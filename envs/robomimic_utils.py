@@ -164,12 +164,8 @@ def _missing_file_error(path: str, env_name: str) -> FileNotFoundError:
 
 
 def resolve_dataset_path(env_name: str, dataset_path: str | None = None, dataset_dir: str | None = None) -> str:
-    """The hdf5 file of `env_name`: `dataset_path` if given, else `default_dataset_path(env_name, dataset_dir)`.
-
-    Raises:
-        FileNotFoundError: the file does not exist (the message says where to get it and where it goes).
-        ValueError: unsupported env name; the path exists but is no regular file (a directory, a device).
-    """
+    """The hdf5 file of `env_name`: `dataset_path`, else `default_dataset_path(env_name, dataset_dir)`;
+    `FileNotFoundError` saying where to get it, `ValueError` for a bad name or a path that is no regular file."""
     path = os.path.expanduser(dataset_path) if dataset_path else default_dataset_path(env_name, dataset_dir)
     kind = non_file_kind(path)
     if kind is not None:
@@ -225,21 +221,11 @@ def _open_data(path: str, env_name: str | None = None):
 
 
 def check_dataset_file(path: str, env_name: str) -> dict:
-    """Check that `path` is robomimic's v1.5 low-dim file of `env_name`, complete, before anything trains on it.
-
-    Reads metadata only (no arrays): the hdf5 superblock (a truncated file fails to open), `env_args`, the demo
-    groups and their `actions` shapes, and the `total` attribute when present.
-
-    Returns:
-        `{'robosuite_env': e.g. 'Lift', 'env_version': e.g. '1.5.1', 'num_demos': int, 'num_samples': int}`.
-
-    Raises:
-        FileNotFoundError: no file at `path`.
-        ValueError: unreadable or truncated file; `env_args` of another task; recorded with a robosuite version
-            other than 1.5 (or without one); a demo count other than `OFFICIAL_NUM_DEMOS` of the task and type;
-            a `total` (or a demo's `num_samples`) that disagrees with the stored demos. The message names the
-            file, the finding and how to get the right file.
-    """
+    """Check, from metadata only, that `path` is robomimic's complete v1.5 low-dim file of `env_name`: returns
+    `{'robosuite_env', 'env_version', 'num_demos', 'num_samples'}`. `FileNotFoundError` for no file;
+    `ValueError` naming the file, the finding and how to get the right file for an unreadable or truncated
+    file, another task's `env_args`, a robosuite version other than 1.5, a demo count other than
+    `OFFICIAL_NUM_DEMOS`, or a `total` that disagrees with the demos."""
     task, dataset_type = parse_robomimic_name(env_name)
     if not os.path.isfile(path):
         raise _missing_file_error(path, env_name)
@@ -317,12 +303,8 @@ def dataset_provenance(path: str, env_name: str, compute_hash: bool = True) -> d
 
 
 def load_env_meta(path: str) -> dict:
-    """The env metadata `json.loads(data.attrs['env_args'])` of a robomimic hdf5 file.
-
-    Raises:
-        FileNotFoundError: no file at `path`.
-        ValueError: not a readable robomimic file, or no usable `env_args`.
-    """
+    """`json.loads(data.attrs['env_args'])` of a robomimic hdf5 file; `FileNotFoundError`, or `ValueError` for no
+    readable robomimic file or no usable `env_args`."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"robomimic dataset file not found: {path}")
     with _open_data(path) as f:
@@ -342,22 +324,11 @@ def _read_demo(group) -> dict[str, np.ndarray]:
 
 
 def load_robomimic_dataset(path: str, action_clip_eps: float | None = 1e-5) -> dict[str, np.ndarray]:
-    """Load every demo of a robomimic low-dim hdf5 file as transitions (see the module docstring table).
-
-    Args:
-        path: the hdf5 file.
-        action_clip_eps: actions are clipped to [-1 + eps, 1 - eps]; None keeps them as stored.
-
-    Returns:
-        dict of float32 arrays over all N steps of all demos (numeric demo order):
-        observations (N, ob_dim), next_observations (N, ob_dim) (`OBS_KEYS` concatenated), actions (N, A),
-        rewards (N,) (`reward_transform` of the stored rewards: 0 at success, else -1), masks (N,)
-        (1 - dones), terminals (N,) (dones, and 1 on the last step of every demo).
-
-    Raises:
-        FileNotFoundError: no file at `path`.
-        ValueError: unreadable file; no demos; a demo lacks a key, its arrays disagree in length, or hold NaN/inf.
-    """
+    """Every demo of a robomimic low-dim file, in numeric order, as float32 transitions (the module docstring's
+    table): `observations`, `next_observations (N, ob)` (`OBS_KEYS` concatenated), `actions (N, A)` clipped to
+    `[-1 + eps, 1 - eps]` (None: as stored), `rewards` (`reward_transform`: 0 at success, else -1), `masks`
+    (1 - dones), `terminals (N,)` (dones, and 1 on each demo's last step). `FileNotFoundError`; `ValueError`
+    for an unreadable file, no demos, or a demo with a missing key, lengths that disagree, or NaN/inf."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"robomimic dataset file not found: {path}")
     parts = {k: [] for k in ("observations", "actions", "rewards", "dones", "next_observations")}
@@ -403,12 +374,8 @@ def load_robomimic_dataset(path: str, action_clip_eps: float | None = 1e-5) -> d
 
 
 def import_robosuite():
-    """Import robosuite (the optional extra) and quiet its per-reset controller warnings.
-
-    Raises:
-        ImportError: robosuite (or one of its dependencies) cannot be imported; the message says how to
-            install the extra.
-    """
+    """Import robosuite (the optional extra), its per-reset controller warnings quieted; `ImportError` saying
+    how to install the extra."""
     try:
         import robosuite  # noqa: PLC0415  (optional extra, imported only when a robomimic env is made)
     except ImportError as e:
@@ -450,18 +417,11 @@ def robosuite_kwargs(env_meta: dict) -> dict:
 
 
 class RobomimicLowDimEnv(gymnasium.Env):
-    """A robosuite env as a gymnasium env with flat low-dim observations and success-terminated episodes.
-
-    Observation: `OBS_KEYS` concatenated (robosuite's 'object-state' is robomimic's 'object'), float32.
-    Action: Box [-1, 1]^A (clipped before it reaches the controller). Reward: robosuite's reward, untransformed.
-    Episode end: terminated at the first step whose resulting state is a success (`info['success'] = 1`);
-    else truncated at `max_episode_steps` (`info['success'] = 0` on every non-success step).
-
-    Randomness: robosuite 1.5.1 draws initial object placements and joint noise from the global
-    `np.random` state. Each env keeps its own `np.random.RandomState` (seeded by `seed` here and by
-    `reset(seed=...)`) and swaps it in only around robosuite calls, so two envs do not share a stream and
-    the caller's global state is left as it was.
-    """
+    """A robosuite env as a gymnasium env: `OBS_KEYS` concatenated (float32), actions in `[-1, 1]^A` (clipped),
+    robosuite's reward untransformed; terminated at the first success (`info['success'] = 1`), else truncated
+    at `max_episode_steps`. robosuite 1.5.1 draws placements and joint noise from the global `np.random`: each
+    env swaps its own `RandomState` (seeded by `seed` and `reset(seed=...)`) in around robosuite calls only,
+    so envs share no stream and the caller's global state is left as it was."""
 
     metadata = {"render_modes": []}
 
@@ -524,12 +484,8 @@ class RobomimicLowDimEnv(gymnasium.Env):
 
 
 def make_robomimic_env(env_name: str, env_meta: dict, seed: int | None = None) -> RobomimicLowDimEnv:
-    """Create the online env of `env_name` from a dataset's env metadata (`load_env_meta`).
-
-    Raises:
-        ImportError: the simulator extra is missing (see `import_robosuite`).
-        ValueError: unsupported env name or pre-1.5 metadata.
-    """
+    """The online env of `env_name` from a dataset's env metadata (`load_env_meta`); `ImportError` without the
+    simulator extra, `ValueError` for a bad name or pre-1.5 metadata."""
     cap = episode_cap(env_name)
     robosuite = import_robosuite()
     stored = env_meta.get("env_version")
@@ -551,24 +507,11 @@ def make_env_and_datasets(
     seed: int = 0,
     action_clip_eps: float | None = 1e-5,
 ):
-    """The envs and offline data of a robomimic task (called by `envs.env_utils.make_env_and_datasets`).
-
-    Args:
-        env_name: e.g. 'lift-mh-low_dim'.
-        dataset_path: explicit hdf5 file; else `<dataset_dir or ~/.robomimic>/<task>/<type>/low_dim_v15.hdf5`.
-        dataset_dir: root directory in place of ~/.robomimic.
-        seed: seeds the two envs' simulator random streams (env_utils reseeds them with reset(seed=...)).
-        action_clip_eps: see `load_robomimic_dataset`.
-
-    Returns:
-        (env, eval_env, train_dataset, None): unwrapped `RobomimicLowDimEnv`s; training rewards already
-        transformed; robomimic files have no validation split.
-
-    Raises:
-        ValueError: unsupported name, a file `check_dataset_file` refuses, or a bad file.
-        FileNotFoundError: missing file (says where to get it).
-        ImportError: the simulator extra is not installed (says how to install it).
-    """
+    """`(env, eval_env, train_dataset, None)` of a robomimic task for `envs.env_utils.make_env_and_datasets`:
+    unwrapped `RobomimicLowDimEnv`s seeded from `seed`, the training data of `dataset_path` (else
+    `<dataset_dir or ~/.robomimic>/<task>/<type>/low_dim_v15.hdf5`) with rewards transformed, no validation
+    split. `ValueError` for a bad name or file, `FileNotFoundError` (where to get it), `ImportError` (how to
+    install the extra)."""
     path = resolve_dataset_path(env_name, dataset_path, dataset_dir)
     check_dataset_file(path, env_name)
     env_meta = load_env_meta(path)

@@ -6,17 +6,17 @@ printed by `run_cli`. Anything raised once training has started keeps its traceb
 """
 
 import contextlib
-import difflib
 import importlib.util
 import os
 import re
 import sys
-from typing import List, Optional
+from typing import List
 
 from absl import flags
 
 import agents
 from utils.flax_utils import CheckpointError
+from utils.startup import exit_with_error
 
 FLAGS = flags.FLAGS
 
@@ -42,11 +42,6 @@ def input_errors():
         raise
     except (ValueError, FileNotFoundError, ImportError, CheckpointError) as e:
         raise InputError(str(e)) from e
-
-
-def exit_with_error(message: str):
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 def _load_get_config(path: str):
@@ -83,110 +78,69 @@ def expanded_argv(argv: List[str]) -> List[str]:
 
 
 def config_flag_message(error: Exception, argv: List[str], driver: str) -> str:
-    """One line for a failure while ml_collections builds `--agent` (its file and `--agent.*` overrides)."""
+    """One line for a failure while ml_collections builds `--agent` (its file and `--agent.*` overrides): absl's
+    own message for a value of the wrong type, else what ml_collections' bare one (`'alhpa'`) leaves unsaid."""
     if isinstance(error, UnicodeDecodeError):  # absl reads a --flagfile as UTF-8 text
         files = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--flagfile=")]
         return f"--flagfile={','.join(files) or '?'}: not UTF-8 text ({error.reason} at byte {error.start})."
-    argv = expanded_argv(argv)
-    if isinstance(error, flags.Error):  # a value of the wrong type
+    if isinstance(error, flags.Error):
         return str(error)
+    argv = expanded_argv(argv)
     path = _agent_file(argv, driver)
     try:
-        _load_get_config(path)
+        own = _load_get_config(path)
     except Exception as e:  # noqa: BLE001 - the config file itself is broken
         return f"--agent={path}: cannot load the agent config file ({type(e).__name__}: {e})."
-    unknown = _unknown_agent_key_message(argv, driver)
-    if unknown is not None and isinstance(error, (AttributeError, KeyError)):
-        return unknown
+    keys = [m.group(1) for a in argv[1:] if (m := re.match(r"^--?(?:no)?agent\.([A-Za-z0-9_]+)", a))]
+    unknown = [k for k in keys if hasattr(own, "get") and k not in own]
+    if unknown and isinstance(error, (AttributeError, KeyError)):
+        return _unknown_key_message(unknown[0], own, path, str(error))
     overrides = [a for a in argv[1:] if re.match(r"^--?(?:no)?agent\.", a)]
-    return (
-        f"bad --agent override among {overrides} ({type(error).__name__}: {error}); the form is "
-        "--agent.KEY=VALUE with KEY one of the agent's config keys (e.g. --agent.actor_hidden_dims=(256,256))."
-    )
+    return f"bad --agent override among {overrides} ({type(error).__name__}: {error}); the form is --agent.KEY=VALUE."
 
 
-def _unknown_agent_key_message(argv: List[str], driver: str) -> Optional[str]:
-    """The message for the first `--agent.KEY` that the driver's agent config does not have.
-
-    `argv` is already expanded (`expanded_argv`).
-    """
-    try:
-        own = _load_get_config(_agent_file(argv, driver))
-    except Exception:  # noqa: BLE001 - the config file itself is broken: let absl's message stand
-        return None
-    if not hasattr(own, "get"):
-        return None  # get_config() returned no config: parse_flags says so
+def _unknown_key_message(key: str, own, path: str, error: str) -> str:
+    """`--agent.KEY` that the config of `path` lacks: ml_collections' suggestion, and which agent has the key."""
     own_name = own.get("agent_name", "this")
-    for arg in argv[1:]:
-        m = re.match(r"^--?(?:no)?agent\.([A-Za-z0-9_]+)", arg)
-        if m is None or m.group(1) in own:
-            continue
-        key = m.group(1)
-        path = _agent_file(argv, driver)
-        registered = agents.CONFIG_FILES.get(own_name)
-        if (
-            registered
-            and os.path.realpath(registered) != os.path.realpath(path)
-            and key in _load_get_config(registered)
-        ):
-            # A short config file of a registered agent: the file lacks the key, the agent has it.
-            return (
-                f"--agent.{key}: {path}'s get_config() has no key {key!r}, which the {own_name} agent has (start "
-                f"the file from {registered}'s get_config(), or add the key)."
-            )
-        message = f"--agent.{key}: the {own_name} agent has no config key {key!r}"
-        for spec in agents.REGISTRY.values():
-            if spec.name != own_name and key in spec.get_config():
-                runs = " and ".join(f"{d}.py" for d in spec.drivers)
-                message += f" (it is a key of the {spec.name} agent, which {runs} runs)"
-        close = difflib.get_close_matches(key, list(own.keys()), n=1)
-        if close:
-            message += f"; did you mean --agent.{close[0]}?"
-        else:
-            message += f"; its keys are {sorted(own.keys())}."
-        return message
-    return None
+    registered = agents.CONFIG_FILES.get(own_name)
+    if registered and os.path.realpath(registered) != os.path.realpath(path) and key in _load_get_config(registered):
+        # A short config file of a registered agent: the file lacks the key, the agent has it.
+        return (
+            f"--agent.{key}: {path}'s get_config() has no key {key!r}, which the {own_name} agent has (start "
+            f"the file from {registered}'s get_config(), or add the key)."
+        )
+    message = f"--agent.{key}: the {own_name} agent has no config key {key!r}"
+    for spec in [s for s in agents.REGISTRY.values() if s.name != own_name and key in s.get_config()]:
+        runs = " and ".join(f"{d}.py" for d in spec.drivers)
+        message += f" (it is a key of the {spec.name} agent, which {runs} runs)"
+    hint = re.search(r"Did you mean [^?]*\?", error)  # ml_collections' own suggestion of the closest key
+    return message + (f"; {hint.group(0)}" if hint else ".")
 
 
 def _leftover_message(argv: List[str], leftovers: List[str], flag_values) -> str:
-    """Name the stray words; after a boolean flag, show its accepted forms."""
+    """Name the stray words absl left over; after a boolean flag written without '=', its accepted forms."""
 
     def boolean_name(token):
-        """The flag name when `token` is a boolean flag written without '=' (`--x`, `--nox`), else None."""
+        name = token.lstrip("-")
         if not token.startswith("-") or "=" in token:
             return None
-        name = token.lstrip("-")
         for candidate in (name, name[2:] if name.startswith("no") else None):
             if candidate and candidate in flag_values and flag_values[candidate].boolean:
                 return candidate
         return None
 
-    def consumes_next(token):
-        """True for a non-boolean flag written without '=': absl takes the next word as its value."""
-        name = token.lstrip("-")
-        return token.startswith("-") and "=" not in token and name in flag_values and not flag_values[name].boolean
-
     hints, taken = [], set()
-    for word in leftovers:
-        candidates = [i for i in range(1, len(argv)) if argv[i] == word and i not in taken]
-        after_boolean = [i for i in candidates if i > 1 and boolean_name(argv[i - 1])]
-        free = [i for i in candidates if not (i > 1 and consumes_next(argv[i - 1]))]
-        index = (after_boolean or free or candidates or [None])[0]
-        if index is None:  # the word came from a --flagfile
-            continue
-        taken.add(index)
-        previous = argv[index - 1] if index > 1 else ""
-        base = boolean_name(previous)
-        if base is not None:
+    for word in leftovers:  # the first place, not yet named, where the word follows a boolean flag
+        places = [i for i in range(2, len(argv)) if argv[i] == word and i not in taken and boolean_name(argv[i - 1])]
+        if places:
+            i, base = places[0], boolean_name(argv[places[0] - 1])
             value = word.lower() if word.lower() in ("true", "false", "1", "0") else "false"
-            hints.append(
-                f"{previous} {word}: a boolean takes its value after '=': --{base}={value} (or --{base} / --no{base})"
-            )
+            taken.add(i)
+            forms = f"--{base}={value} (or --{base} / --no{base})"
+            hints.append(f"{argv[i - 1]} {word}: a boolean takes its value after '=': {forms}")
     words = " ".join(repr(w) for w in leftovers)
-    message = f"unexpected word(s) on the command line: {words}"
-    if hints:
-        return message + ". " + "; ".join(hints) + "."
-    return message + ". Every flag takes its value after '=' (--name=value; booleans also --name / --noname)."
+    rule = "Every flag takes its value after '=' (--name=value; booleans also --name / --noname)"
+    return f"unexpected word(s) on the command line: {words}. {'; '.join(hints) or rule}."
 
 
 def parse_flags(argv: List[str], driver: str, flag_values=FLAGS) -> List[str]:
@@ -195,7 +149,7 @@ def parse_flags(argv: List[str], driver: str, flag_values=FLAGS) -> List[str]:
     Drivers pass `functools.partial(parse_flags, driver=...)` to `app.run` as `flags_parser`.
 
     Ends the run for: an unknown flag or a value of the wrong type (absl's message); an unknown
-    `--agent.KEY` (naming the key, the agent that has it and the closest valid key); any word
+    `--agent.KEY` (naming the key, the agent that has it and ml_collections' closest key); any word
     left over after parsing, e.g. `--sparse False` (absl reads `--sparse` as true and leaves
     `False` over), with the accepted forms `--sparse=false` / `--nosparse`.
     """

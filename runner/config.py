@@ -185,6 +185,9 @@ class RunConfig:
                 "phase collects and evaluates but never updates the agent.",
                 self.online_steps, first_update, self.start_training,
             )  # fmt: skip
+        unreached = self.unreached_intervals(first_update)
+        if unreached:
+            logging.warning("Intervals this run never reaches: %s.", "; ".join(unreached))
         if self.resume and not self.run_name:
             raise ValueError("--resume needs --run_name (the run to continue).")
         for name in ("start_if_missing", "accept_changed_data", "accept_changed_agent"):
@@ -226,7 +229,7 @@ class RunConfig:
             given = parse_eval_values(getattr(self, name), name)
             if name == "best_of_n_eval_values" and given != [0] and "best_of_n" not in _parameters(spec):
                 raise ValueError(f"--{name}: the {spec.name} agent has no best_of_n override (its sample_actions).")
-        chunk = executed_chunk(self.agent)
+        chunk = spec.chunk_length(self.agent)
         uncut = sorted({n for n in parse_eval_values(self.action_chunk_eval_sizes, "") if n >= chunk})
         if uncut:  # as the DQC release: a cut as long as the chunk is the default evaluation
             logging.warning(
@@ -234,6 +237,25 @@ class RunConfig:
                 "evaluation is run for %s.",
                 self.action_chunk_eval_sizes, ",".join(map(str, uncut)), chunk, "it" if len(uncut) == 1 else "them",
             )  # fmt: skip
+
+    def unreached_intervals(self, first_update: int) -> List[str]:
+        """`--<interval>=<v> in the <phase> phase (<n> steps): <what follows>` for every log, evaluation, checkpoint
+        and state interval (> 0) with no multiple in a phase of the run (online logs: from the first update on)."""
+        phases = [("offline", 1, self.offline_steps), ("online", first_update, self.online_steps)]
+        effects = {
+            "log_interval": "no loss rows",
+            "eval_interval": "evaluated only at its end",
+            "save_interval": "a checkpoint only at its end",
+            "state_interval": "no run state before its end",
+        }
+        found = []
+        for name, effect in effects.items():
+            value = getattr(self, name)
+            for phase, first, steps in phases:
+                first = first if name == "log_interval" else 1
+                if value > 0 and 0 < steps and first <= steps < -(-first // value) * value:
+                    found.append(f"--{name}={value} in the {phase} phase ({steps} steps): {effect}")
+        return found
 
 
 def _apply_method(driver: str, flag_values, values: Dict, config: Dict) -> Dict:
@@ -280,13 +302,6 @@ def parse_eval_values(text: str, name: str) -> List[int]:
     if not values or min(values) < 0:
         raise ValueError(f"--{name}={text} must be comma-separated ints >= 0 (0: the default), e.g. 0,1,5.")
     return values
-
-
-def executed_chunk(agent_config: Dict) -> int:
-    """Actions the policy executes per call: DQC's `policy_chunk_size`, else `horizon_length` when chunking, else 1."""
-    if agent_config.get("policy_chunk_size"):
-        return int(agent_config["policy_chunk_size"])
-    return int(agent_config.get("horizon_length") or 1) if agent_config.get("action_chunking") else 1
 
 
 def _parameters(spec) -> List[str]:

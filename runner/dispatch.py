@@ -1,20 +1,10 @@
-"""main.py's offline batches, `--updates_per_dispatch=k` gradient steps per host call.
+"""main.py's offline batches: `--updates_per_dispatch=k` gradient steps per host call (docs/outputs.md,
+section 5; the windows: docs/batch_contract.md, section 10).
 
-`offline_sampler(group)` gives the loop its `sample(first_step, n)` and the matching
-`update_fn()`; `dispatch_size` says how many steps the next call takes:
-
-* `k = 1` (the reference loop): `sample` draws `B` windows per seed on the host with the dataset's
-  own generator and `update_fn()` is the agent's own `update` (for one seed).
-* `k > 1`, `device` sampler (the dataset fits in device memory): the windows are drawn inside the
-  jitted update from a device-resident copy of the dataset (`utils.device_sampler`), offline step `t`
-  of a seed with the key `fold_in(jax_key(seed, "device_sampler"), t)`; other random numbers than the
-  host's, the same distribution, and the same batches for every `k`.
-* `k > 1`, `host` sampler: a background thread draws exactly the batches of `k = 1`
-  (`utils.device_sampler.PrefetchingSampler`) and copies them to the device ahead of time.
-
-A dispatch never runs past a step where something happens (a log row, an evaluation, a checkpoint,
-a run state, the end of the phase) and starts at a dataset shard switch, so the CSVs, checkpoints and
-evaluations are at the steps of `k = 1`; the logged info is the last step's.
+`offline_sampler(group)` gives the loop its `sample(first_step, n)` and the matching `update_fn()`:
+k = 1, the reference loop (the run's window source on the host, the agent's own `update`); k > 1 on the
+device (`utils.device_sampler.offline_updates`) or with a prefetching host thread (exactly k = 1's batches).
+`dispatch_size` says how many steps the next call takes: never past a step where something happens.
 """
 
 import functools
@@ -26,8 +16,9 @@ from absl import logging
 
 import agents
 from runner.cli import InputError
-from runner.seed_group import per_seed
+from runner.seed_group import per_seed, stack_seeds
 from utils import device_sampler, seeding
+from utils.flax_utils import scan_updates
 
 
 def _next_multiple_distance(step: int, interval: int) -> Optional[int]:
@@ -38,12 +29,9 @@ def _next_multiple_distance(step: int, interval: int) -> Optional[int]:
 
 
 def dispatch_size(done: int, cfg) -> int:
-    """Steps in the dispatch that follows offline step `done`: at most `--updates_per_dispatch`.
-
-    It ends at the next step where the loop must stop (log, evaluation, checkpoint, run state, the
-    phase's end) and before the next dataset shard switch (a switch happens before its step, so a
-    dispatch may start with it but never contain it later).
-    """
+    """Steps in the dispatch after offline step `done`: at most `--updates_per_dispatch`, ending at the next
+    log, evaluation, checkpoint, run state or phase end, and before the next dataset shard switch (a switch
+    happens before its step: a dispatch may start with it, never contain it)."""
     limits = [cfg.updates_per_dispatch, cfg.offline_steps - done]
     for interval in (cfg.log_interval, cfg.eval_interval, cfg.save_interval, cfg.state_interval):
         distance = _next_multiple_distance(done, interval)
@@ -57,13 +45,13 @@ def dispatch_size(done: int, cfg) -> int:
 
 def sampler_kind(group) -> str:
     """`host` for `--updates_per_dispatch=1`; else `--offline_sampler`, with `auto` resolved: `device`
-    when the offline dataset fits in device memory (`utils.device_sampler.fits_on_device`), else `host`."""
+    when the offline windows fit in device memory (the window source's `fits_on_device()`), else `host`."""
     cfg = group.cfg
     if cfg.updates_per_dispatch == 1 or cfg.offline_sampler == "host":
         return "host"
     if cfg.offline_sampler == "device":
         return "device"
-    return "device" if group.runs[0].windows().fits_on_device() else "host"
+    return "device" if group.runs[0].windows.fits_on_device() else "host"
 
 
 def check_resume_sampler(group, kind: str):
@@ -99,11 +87,16 @@ def _device_fn(num_seeds: int, num_steps: int, mode: str):
     return jax.jit(mapped) if mode == "vmap" else mapped
 
 
+def _agent_update(agent, batch):
+    return agent.update(batch)
+
+
 @functools.lru_cache(maxsize=None)
 def _scan_fn(num_seeds: int, mode: str):
+    scan = functools.partial(scan_updates, _agent_update, reduce="last")  # k host batches, the last step's info
     if num_seeds == 1:
-        return device_sampler.scan_updates
-    mapped = per_seed(device_sampler.scan_updates, mode)
+        return scan
+    mapped = per_seed(scan, mode)
     return jax.jit(mapped) if mode == "vmap" else mapped
 
 
@@ -111,37 +104,45 @@ class OfflineSampler:
     """The offline batches of a `runner.seed_group.SeedGroup` and the update that consumes them."""
 
     def __init__(self, group, kind: str):
-        self.group, self.kind = group, kind
-        self.k = group.cfg.updates_per_dispatch
+        self.group, self.kind, self.k = group, kind, group.cfg.updates_per_dispatch
         self._prefetchers: List = []
         self._device = None
-        for run in group.runs:
-            run.sampler_in_use = kind
+        group.sampler_kind = kind
         if kind == "device":
-            if group.num_seeds == 1:
-                self._keys = seeding.jax_key(group.runs[0].cfg.seed, "device_sampler")
-            else:
-                self._keys = jax.numpy.stack([seeding.jax_key(run.cfg.seed, "device_sampler") for run in group.runs])
+            keys = [seeding.jax_key(run.cfg.seed, "device_sampler") for run in group.runs]
+            self._keys = keys[0] if len(keys) == 1 else jax.numpy.stack(keys)
 
     def sample(self, first_step: int, n: int):
         """The windows of offline steps `first_step .. first_step + n - 1` of every seed, after moving to
         the next dataset shard when one is due: `(B, ...)` (k = 1), `(n, B, ...)` (host, k > 1), a
         `DeviceBatches` (device); a leading seed axis `S` for several seeds."""
-        group = self.group
+        group, size = self.group, self.group.agent_config["batch_size"]
         if group.shard_due(first_step):
             self._close_prefetchers()  # the dataset generator goes back to where the consumer stopped
             group.next_shard()
             self._device = None
-        if self.kind == "device":
-            if self._device is None:
-                with group.timer("sampling"):
-                    self._device = group.runs[0].windows().on_device()
-            return DeviceBatches(self._device, self._keys, np.int32(first_step), n)
-        if self.k == 1:
-            return group.sample_offline()
-        if not self._prefetchers:
-            self._open_prefetchers()
         with group.timer("sampling"):
+            if self.kind == "device":
+                if self._device is None:
+                    self._device = group.runs[0].windows.on_device()
+                return DeviceBatches(self._device, self._keys, np.int32(first_step), n)
+            if self.k == 1:
+                return stack_seeds([run.windows.sample(size) for run in group.runs])
+            if not self._prefetchers:
+                batch_keys = agents.get(group.agent_config["agent_name"]).batch_keys  # only what the update reads
+                self._prefetchers = [
+                    device_sampler.PrefetchingSampler(
+                        run.train_dataset,
+                        size,
+                        None,
+                        None,
+                        1,
+                        keys=batch_keys,
+                        draw=functools.partial(run.windows.sample, size),
+                    )
+                    for run in group.runs
+                ]
+                group.prefetch_states = lambda: [p.generator_state() for p in self._prefetchers]
             per_seed_batches = []
             for prefetcher in self._prefetchers:
                 items = [next(prefetcher) for _ in range(n)]  # each (1, B, ...)
@@ -161,29 +162,10 @@ class OfflineSampler:
             return group.update_fn()
         return _scan_fn(group.num_seeds, group.seed_batching)
 
-    def _open_prefetchers(self):
-        cfg = self.group.agent_config
-        batch_keys = agents.get(cfg["agent_name"]).batch_keys  # only what the update reads is copied
-        self._prefetchers = [
-            device_sampler.PrefetchingSampler(
-                run.train_dataset,
-                cfg["batch_size"],
-                None,
-                None,
-                1,
-                keys=batch_keys,
-                draw=functools.partial(run.windows().sample, cfg["batch_size"]),
-            )  # fmt: skip
-            for run in self.group.runs
-        ]
-        for run, prefetcher in zip(self.group.runs, self._prefetchers, strict=True):
-            run.sampler_state_fn = prefetcher.generator_state
-
     def _close_prefetchers(self):
-        for run, prefetcher in zip(self.group.runs, self._prefetchers, strict=False):  # none when never opened
+        for prefetcher in self._prefetchers:
             prefetcher.close()
-            run.sampler_state_fn = None
-        self._prefetchers = []
+        self._prefetchers, self.group.prefetch_states = [], None
 
     def close(self):
         self._close_prefetchers()

@@ -1,17 +1,9 @@
 """The papers' methods by name: `--method=NAME` sets every flag and agent key that defines it.
 
-The methods and their per-domain values live with their agents (`SPEC.methods` in each agent file,
-read through the registry `agents`); this module resolves them for a run:
-
-* `domain_of(env_name)`: the paper domain of an env name (`cube-double-play-singletask-task2-v0` ->
-  `cube-double`, `lift-mh-low_dim` -> `lift`); `cube-single` is not in the paper and borrows
-  `cube-double`'s values (`BORROWED_DOMAINS`, `note` says so, as it does for `noisy`/`ph` data the
-  paper did not tune on).
-* `resolve(driver, method, env_name, explicit)`: the preset's values for what the user did not pass.
-  Everything passed explicitly wins, except a value that turns the run into another method (the
-  agent's `method_of` of the combined settings differs): that is a `ValueError` naming both and the
-  method the combination is. The per-domain values (e.g. `alpha`, `actor_num_samples`, `sparse`) and
-  another `h > 1` for a chunked method (the paper's ablation over h) keep the method.
+The methods and their per-domain values live with their agents (`SPEC.methods`); this module resolves
+them for a run: `domain_of` maps an env name to its paper domain (`cube-single` borrows `cube-double`'s
+values, `note` says so), and `resolve` fills what the user did not pass. An explicit value wins unless it
+turns the run into another method (the agent's `method_of`): that is a `ValueError` naming both.
 """
 
 import re
@@ -215,24 +207,11 @@ def _check_contradictions(spec: AgentSpec, method: str, explicit: Dict[str, obje
 def resolve(
     driver: str, method: str, env_name: str, explicit: Dict[str, object]
 ) -> Tuple[Dict[str, object], Dict[str, str]]:
-    """Combine `--method`'s preset with what the user passed on the command line.
-
-    Args:
-        driver: `'main'` or `'main_online'`.
-        method: the `--method` value.
-        env_name: the `--env_name` value (its domain picks the per-domain values).
-        explicit: `{setting name: value}` for every setting the user passed (other flags may be present
-            and are ignored); booleans and numbers may be given as their command-line strings.
-
-    Returns:
-        `(values, sources)`: `values` holds the preset value of every preset setting the user did not
-        pass (apply these); `sources` maps every preset setting to `'preset'` or `'command line'`.
-
-    Raises:
-        ValueError: an unknown method or one of the other driver, an explicit value that changes the
-            method (naming both and the method it is), a domain without paper settings, or a value the
-            paper's tables lack and the command line does not give.
-    """
+    """`(values, sources)` of `--method`'s preset for `env_name`'s domain against `explicit`, the settings the
+    user passed (`{name: value}`, command-line strings accepted): `values` the preset values to apply (those
+    not passed), `sources` `'preset'` or `'command line'` for every preset setting. `ValueError` for an
+    unknown method or one of the other driver, an explicit value that changes the method, a domain without
+    paper settings, or a value the tables lack and the command line does not give."""
     spec = check_method(driver, method)
     explicit = {name.lstrip("-"): value for name, value in explicit.items()}
     _check_contradictions(spec, method, explicit)

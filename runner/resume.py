@@ -1,10 +1,8 @@
 """Run states and `--resume` (docs/outputs.md, "Resume and preemption", tells the story).
 
-A state is `<run_dir>/state/step_<global step, 12 digits>/`: `agent.msgpack` (flax msgpack),
-`buffer/<field>.npy` (online phase; `np.save`, no pickle), `state.json` (step counters, generator
-states, the collector, the shard in use, CSV row counts, the wandb id, `FORMAT_VERSION`) and
-`COMPLETE`, written last. It is written into `state/.tmp_<name>_<pid>/` and renamed into place (atomic),
-so a half-written state is never read.
+A state is `<run_dir>/state/step_<global step, 12 digits>/` (`agent.msgpack`, `buffer/<field>.npy` online,
+`state.json`, and `COMPLETE` last), written into a temporary directory and renamed into place, so a
+half-written state is never read.
 """
 
 import csv
@@ -385,13 +383,10 @@ def check_group_members(configs: List):
 
 
 def check_runs(configs: List) -> List[Optional[Dict]]:
-    """Before anything is loaded, for `--resume`: each run's `flags.json` record (None: start it fresh).
-
-    Every run directory is locked for this process's life. Raises `ValueError` for a run that does not
-    exist (unless `--start_if_missing`, and never where a seed group of its name exists), a damaged
-    `flags.json`, other settings than the run's (finished runs too), or a seed group of which only some
-    runs have finished; `RunFinished` when every run has finished with these settings.
-    """
+    """`--resume`, before anything is loaded: each run's `flags.json` record (None: start it fresh), every run
+    directory locked for this process's life. `ValueError` for a missing run (unless `--start_if_missing`,
+    never beside a seed group of its name), a damaged record, other settings than the run's, or a group only
+    partly finished; `RunFinished` when every run has finished with these settings."""
     check_group_members(configs)
     records, finished = [], []
     for cfg in configs:
@@ -503,15 +498,9 @@ def check_agent_source(run_dir: str, record: Optional[Dict], now: Dict, accept_c
 
 
 def group_resume_states(configs: List, agents_: List, datasets: List) -> List[Optional[Dict]]:
-    """The states to continue, one per seed, all at one step: the newest step every seed has whole.
-
-    None for every seed when no seed has a complete state (killed before its first one: a fresh start).
-
-    Raises:
-        ValueError: states exist but none can be continued: every one is damaged, or the seeds of a group
-            have no step in common (one was resumed alone since); nothing is deleted then. Also when a CSV
-            file lost rows or holds a broken one since the state (`check_csv_rows`).
-    """
+    """The states to continue, one per seed, at the newest step every seed has whole (None for every seed when
+    none has a complete state: a fresh start). `ValueError`, deleting nothing, when states exist but none can
+    be continued (all damaged, or a group's seeds share no step), or a CSV lost or broke rows since."""
     dirs = [run_dir_of(c) for c in configs]
     if len(configs) == 1:
         metas = [read_latest_usable_state(dirs[0], agents_[0], datasets[0])]

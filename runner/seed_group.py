@@ -1,17 +1,15 @@
-"""The runs of one driver process (`--num_seeds=S`, S >= 1) and what the loop does for each of them.
-
-A `SeedGroup` holds one `runner.setup.Run` per seed and does, for every seed, what the drivers' loop
-asks: draw batches, step the environment, log, save, evaluate, write run states. The agent itself is
-the loop's variable: for S = 1 it is the ordinary agent and `update_fn()` is its own `update`; for
-S > 1 the agents are stacked on a leading seed axis and one jitted call updates them all
-(`--seed_batching=vmap`), or the agents stay separate and one step per seed runs with the single-seed
-kernels (`map`, each seed bit-identical to its single-seed run).
-docs/outputs.md, "Several seeds in one process", tells the whole story.
+"""The runs of one driver process (`--num_seeds=S`) and the loop's work for each: batches, environment steps,
+logging, checkpoints, evaluation, run states. The agent is the loop's variable: for S = 1 the agent itself;
+for S > 1 stacked on a leading seed axis (`--seed_batching=vmap`) or a tuple updated one seed after another
+with the single-seed kernels (`map`, each seed bit-identical to its single-seed run). docs/outputs.md,
+"Several seeds in one process", tells the story.
 """
 
+import functools
 import os
 import signal
 import sys
+import time
 from typing import Dict, List, Optional
 
 import jax
@@ -19,10 +17,14 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from log_utils import TimeSplit
-from runner import batches, resume
-from runner.setup import episode_stats, save_checkpoint
+from evaluation import evaluate, make_eval_vector_env
+from log_utils import TimeSplit, write_json, write_video
+from runner import resume
+from runner.collector import episode_stats, make_collector, make_replay_buffer
+from runner.setup import window_source
+from utils import seeding
 from utils.datasets import Dataset
+from utils.flax_utils import save_agent
 
 # ------------------------------------------------------------------------------------------------ stacking
 
@@ -50,24 +52,9 @@ def agent_slice(stacked, index: int):
     return _slice(stacked, jnp.int32(index))
 
 
-@jax.jit
-def _sample_seed(stacked, index, observations, rng):
-    return _slice(stacked, index).sample_actions(observations, rng)
-
-
-SEED_BATCHING = ("auto", "vmap", "map")
-
-
-def resolve_seed_batching(mode: str) -> str:
-    """`vmap` or `map` for `--seed_batching=mode`; `auto` is `vmap` on an accelerator, `map` on CPU.
-
-    Raises `ValueError` for another mode.
-    """
-    if mode not in SEED_BATCHING:
-        raise ValueError(f"--seed_batching={mode!r} must be one of {SEED_BATCHING}.")
-    if mode == "auto":
-        return "map" if jax.default_backend() == "cpu" else "vmap"
-    return mode
+@functools.partial(jax.jit, static_argnames="method")
+def _act_seed(stacked, index, observations, rng, method="sample_actions"):
+    return getattr(_slice(stacked, index), method)(observations, rng)
 
 
 def per_seed(fn, mode: str, in_axes=0):
@@ -100,13 +87,16 @@ _group_batch_update = jax.jit(per_seed(lambda agent, batch: agent.batch_update(b
 
 
 class SeedPolicy:
-    """`sample_actions(observations, rng)` of seed `index` of a stacked agent, without unstacking it."""
+    """The acting methods of seed `index` of a stacked agent (`sample_actions`, and `collect_actions` when the
+    agent has it), without unstacking it."""
 
     def __init__(self, stacked, index: int):
         self.stacked, self.index = stacked, jnp.int32(index)
+        if hasattr(stacked, "collect_actions"):
+            self.collect_actions = functools.partial(_act_seed, stacked, self.index, method="collect_actions")
 
     def sample_actions(self, observations, rng):
-        return _sample_seed(self.stacked, self.index, observations, rng)
+        return _act_seed(self.stacked, self.index, observations, rng)
 
 
 def should_evaluate(step: int, phase_steps: int, eval_interval: int) -> bool:
@@ -121,26 +111,72 @@ def should_save(step: int, phase_steps: int, save_interval: int) -> bool:
     return step == phase_steps or (save_interval > 0 and step % save_interval == 0)
 
 
+def global_step(cfg, step_in_phase: int, phase: str) -> int:
+    """Offline step i logs as i, online step i as `offline_steps + i`."""
+    return step_in_phase + (cfg.offline_steps if phase == "online" else 0)
+
+
+# ------------------------------------------------------------------------------------------------ batches
+
+
+def sample_windows(source, agent_config, batch_size: int) -> Dict:
+    """`batch_size` windows of `horizon_length` rows of a replay buffer or dataset, discounted with the agent's
+    `discount` (the chunk contract of docs/batch_contract.md, read from the agent config, so that the sampler
+    and the critic's `gamma^h` can never disagree)."""
+    return source.sample_sequence(batch_size, agent_config["horizon_length"], agent_config["discount"])
+
+
+def stack_for_utd(batch: Dict, utd_ratio: int) -> Dict:
+    """Reshape a batch of `utd_ratio * B` rows to `(utd_ratio, B, ...)` for `batch_update`."""
+    return jax.tree_util.tree_map(lambda x: x.reshape((utd_ratio, -1) + x.shape[1:]), batch)
+
+
+def mixed_batch_sizes(batch_size: int, offline_ratio: float):
+    """`(n_offline, n_online)`, `n_offline = floor(offline_ratio * batch_size)`: they add up to `batch_size`
+    (255 at ratio 0.5 -> 127 + 128). `ValueError` for `offline_ratio` outside [0, 1]."""
+    if not 0.0 <= offline_ratio <= 1.0:
+        raise ValueError(f"--offline_ratio={offline_ratio} must be in [0, 1].")
+    # Difference from the reference: it drew batch_size // 2 rows from each source, one row short
+    # for odd batch sizes.
+    n_offline = int(np.floor(offline_ratio * batch_size + 1e-9))
+    return n_offline, batch_size - n_offline
+
+
+def sample_mixed_batch(offline_dataset, replay_buffer, agent_config, utd_ratio: int, offline_ratio: float) -> Dict:
+    """main_online.py's `(utd_ratio, batch_size, ...)` windows: in every UTD slice the first `n_offline` rows
+    from `offline_dataset`, the other `n_online` from `replay_buffer` (`mixed_batch_sizes`; RLPD's symmetric
+    sampling at `offline_ratio=0.5`)."""
+    n_offline, n_online = mixed_batch_sizes(agent_config["batch_size"], offline_ratio)
+    parts = []
+    for source, n in ((offline_dataset, n_offline), (replay_buffer, n_online)):
+        if n > 0:
+            parts.append(stack_for_utd(sample_windows(source, agent_config, n * utd_ratio), utd_ratio))  # (U, n, ..)
+    if len(parts) == 1:
+        return parts[0]
+    return jax.tree_util.tree_map(lambda a, b: np.concatenate([a, b], axis=1), *parts)  # (U, B, ...)
+
+
+def stack_seeds(batches: List[Dict]) -> Dict:
+    """One batch per seed -> the batch of one seed, or the batches stacked on a leading seed axis `S`."""
+    return batches[0] if len(batches) == 1 else {k: np.stack([b[k] for b in batches]) for k in batches[0]}
+
+
 # ------------------------------------------------------------------------------------------------ the group
 
 
 class SeedGroup:
-    """The S runs of one process.
-
-    Attributes:
-        runs: one `runner.setup.Run` per seed, in seed order.
-        agent: the initial (or resumed) agent: the run's own for S = 1, else the stacked agents.
-        cfg: the first run's settings (every setting but `seed` and `run_name` is the group's).
-        timer: the `log_utils.TimeSplit` of this process.
-    """
+    """The S runs of one process: `runs` (one `runner.setup.Run` per seed), `agent` (the run's own for S = 1,
+    else stacked or a tuple), `cfg` (the first run's settings: all but `seed` and `run_name` are the group's),
+    `timer` (`log_utils.TimeSplit`); `sampler_kind` and `prefetch_states` are set by
+    `runner.dispatch.OfflineSampler` (`host`/`device`, and the prefetching threads' generator states)."""
 
     def __init__(self, runs: List, preemption=None):
         self.runs = runs
         self.num_seeds = len(runs)
         self.cfg = runs[0].cfg
         self.preemption = preemption
-        mode = getattr(self.cfg, "seed_batching", "auto") if self.cfg is not None else "auto"
-        self.seed_batching = resolve_seed_batching(mode)
+        mode = getattr(self.cfg, "seed_batching", "auto") if self.cfg is not None else "auto"  # absl checked it
+        self.seed_batching = mode if mode != "auto" else ("map" if jax.default_backend() == "cpu" else "vmap")
         if self.num_seeds == 1:
             self.agent = runs[0].agent
         elif self.seed_batching == "vmap":
@@ -151,6 +187,8 @@ class SeedGroup:
         self._state_pending = False
         self.buffers: Optional[List] = None
         self.collectors: Optional[List] = None
+        self.eval_vector_env = None  # --eval_envs > 1: built at the first evaluation, shared by the seeds
+        self.sampler_kind, self.prefetch_states = "host", None
 
     @property
     def agent_config(self) -> Dict:
@@ -163,7 +201,7 @@ class SeedGroup:
         return agent_slice(agent, s) if self.seed_batching == "vmap" else agent[s]
 
     def policy_for(self, agent, s: int):
-        """Seed `s`'s acting policy (`sample_actions`), cheap to build at every step."""
+        """Seed `s`'s acting policy (`sample_actions`, `collect_actions`), cheap to build at every step."""
         if self.num_seeds == 1:
             return agent
         return SeedPolicy(agent, s) if self.seed_batching == "vmap" else agent[s]
@@ -184,6 +222,15 @@ class SeedGroup:
             return _group_batch_update
         return per_seed(lambda agent, batch: agent.batch_update(batch), "map")
 
+    def start_step(self, phase: str) -> int:
+        """The last step of `phase` already done: 0 for a fresh run, else taken from the resumed state."""
+        meta = self.runs[0].resume_meta
+        if meta is None:
+            return 0
+        if meta["phase"] == phase:
+            return meta["step_in_phase"]
+        return self.cfg.offline_steps if phase == "offline" else 0
+
     # ---- data ---------------------------------------------------------------------------------------
 
     def shard_due(self, step: int) -> bool:
@@ -194,52 +241,36 @@ class SeedGroup:
     def next_shard(self):
         """Every seed moves to the next dataset shard (loaded once, shared arrays), keeping its own generator."""
         with self.timer("sampling"):
-            fields = self.runs[0].env_data.next_shard()
-            shared = None
+            fields, stop = self.runs[0].env_data.next_shard(), self.cfg.stop_reward_at_mask_zero
+            first = Dataset.create(**fields, rng=self.runs[0].train_dataset.rng, stop_reward_at_mask_zero=stop)
             for run in self.runs:
-                stop = self.cfg.stop_reward_at_mask_zero
-                if shared is None:
-                    run.train_dataset = Dataset.create(
-                        **fields, rng=run.train_dataset.rng, stop_reward_at_mask_zero=stop
-                    )
-                    shared = dict(run.train_dataset)
+                if run is not self.runs[0]:
+                    run.train_dataset = Dataset(dict(first), rng=run.train_dataset.rng, stop_reward_at_mask_zero=stop)
                 else:
-                    run.train_dataset = Dataset(shared, rng=run.train_dataset.rng, stop_reward_at_mask_zero=stop)
-
-    def _stacked(self, sample_one) -> Dict:
-        with self.timer("sampling"):
-            batches = [sample_one(s, run) for s, run in enumerate(self.runs)]
-            if self.num_seeds == 1:
-                return batches[0]
-            return {k: np.stack([b[k] for b in batches]) for k in batches[0]}
-
-    def sample_offline(self) -> Dict:
-        """B offline windows per seed from its own sampler: `(B, ...)` or `(S, B, ...)`."""
-        size = self.agent_config["batch_size"]
-        return self._stacked(lambda s, run: run.windows().sample(size))
+                    run.train_dataset = first
+                run.windows = window_source(run.train_dataset, run.agent.config)
 
     def sample_replay(self, utd: int) -> Dict:
         """`utd` batches per seed from its replay buffer: `(U, B, ...)` or `(S, U, B, ...)`."""
         cfg = self.agent_config
-
-        def one(s, run):
-            return batches.stack_for_utd(batches.sample_windows(self.buffers[s], cfg, cfg["batch_size"] * utd), utd)
-
-        return self._stacked(one)
+        with self.timer("sampling"):
+            return stack_seeds(
+                [stack_for_utd(sample_windows(b, cfg, cfg["batch_size"] * utd), utd) for b in self.buffers]
+            )
 
     def sample_mixed(self) -> Dict:
         """main_online.py's batches (offline and replay rows, `--offline_ratio`) per seed."""
         cfg, utd, ratio = self.agent_config, self.cfg.utd_ratio, self.cfg.offline_ratio
-        return self._stacked(
-            lambda s, run: batches.sample_mixed_batch(run.train_dataset, self.buffers[s], cfg, utd, ratio)
-        )
+        with self.timer("sampling"):
+            pairs = zip(self.runs, self.buffers, strict=True)
+            return stack_seeds([sample_mixed_batch(r.train_dataset, b, cfg, utd, ratio) for r, b in pairs])
 
     # ---- online -------------------------------------------------------------------------------------
 
     def start_online(self, with_offline_data: bool):
         """Each seed's replay buffer and collector (restored when resuming in the online phase)."""
-        self.buffers = [run.replay_buffer(with_offline_data, run.train_dataset) for run in self.runs]
-        self.collectors = [run.collector() for run in self.runs]
+        self.buffers = [make_replay_buffer(run, with_offline_data) for run in self.runs]
+        self.collectors = [make_collector(run) for run in self.runs]
 
     @property
     def replay_size(self) -> int:
@@ -252,12 +283,9 @@ class SeedGroup:
                 info = self.collectors[s].step(self.policy_for(agent, s), self.buffers[s])
             if info is not None:
                 with self.timer("logging"):
-                    run.logger.log(episode_stats(info), "env", step=run.global_step(step_in_phase, "online"))
+                    run.logger.log(episode_stats(info), "env", step=global_step(run.cfg, step_in_phase, "online"))
 
     # ---- logging, checkpoints, evaluation -----------------------------------------------------------
-
-    def start_step(self, phase: str) -> int:
-        return self.runs[0].start_step(phase)
 
     def log_update(self, info: Dict, prefix: str, step: int, rate_key: str, rate: float):
         """Log an update's info to each seed's `<prefix>` CSV with the rate and the time split."""
@@ -274,23 +302,44 @@ class SeedGroup:
 
         The checkpoint comes first, so an evaluation that fails never loses the phase's work.
         """
-        phase_steps = self.runs[0].phase_steps(phase)
+        phase_steps = self.cfg.offline_steps if phase == "offline" else self.cfg.online_steps
         save = should_save(step_in_phase, phase_steps, self.cfg.save_interval)
-        evaluate = should_evaluate(step_in_phase, phase_steps, self.cfg.eval_interval)
-        if not (save or evaluate):
+        evaluate_now = should_evaluate(step_in_phase, phase_steps, self.cfg.eval_interval)
+        if not (save or evaluate_now):
             return
         self.timer.wait()
         for s, run in enumerate(self.runs):
-            if s > 0 and run.eval_vector_env is None:
-                run.eval_vector_env = self.runs[0].eval_vector_env  # one vector env serves every seed
             seed_agent = self.agent_for(agent, s)
-            step = run.global_step(step_in_phase, phase)
+            step = global_step(run.cfg, step_in_phase, phase)
             if save:
                 with self.timer("checkpoints"):
-                    save_checkpoint(seed_agent, run.run_dir, step=step, phase=phase)
-            if evaluate:
+                    path = os.path.join(run.run_dir, "checkpoints", f"agent_{step}.msgpack")
+                    save_agent(seed_agent, path, metadata={"step": int(step), "phase": phase})
+            if evaluate_now:
                 with self.timer("evaluation"):
-                    run.evaluate(seed_agent, step)
+                    self.evaluate(run, seed_agent, step)
+
+    def evaluate(self, run, agent, step: int) -> Dict:
+        """Evaluate `agent` at global `step` and log it to `run`'s `eval` CSV (`evaluate_and_log`); with
+        `--eval_envs` > 1 on `eval_vector_env` (every episode is reset with its own seed, so one vector env
+        serves every seed)."""
+        cfg, env_data = run.cfg, run.env_data
+        episodes = cfg.eval_episodes * max(getattr(env_data, "num_tasks", 0), 1)
+        if cfg.eval_envs > 1 and self.eval_vector_env is None:
+            self.eval_vector_env = make_eval_vector_env(
+                env_data.make_eval_env, min(cfg.eval_envs, episodes), cfg.eval_env_mode
+            )
+        return evaluate_and_log(
+            agent,
+            env_data.eval_env,
+            cfg,
+            run.logger,
+            step=step,
+            action_dim=run.action_dim,
+            chunk=run.chunk_length,
+            vector_env=self.eval_vector_env,
+            task_names=getattr(env_data, "task_names", None) or None,
+        )
 
     # ---- run states -----------------------------------------------------------------------------------
 
@@ -318,12 +367,26 @@ class SeedGroup:
                 self._exit_preempted(step_in_phase, phase)
 
     def write_states(self, agent, step_in_phase: int, phase: str):
-        """Every seed's state at this step; old states are pruned only once all seeds have written."""
+        """Every seed's full state at this step (`resume.write_state`); old states are pruned only once all seeds
+        have written. Any step is a safe point: online, the collector saves an episode in progress as its actions."""
         paths = []
+        dataset_states = self.prefetch_states() if self.prefetch_states is not None else None
         for s, run in enumerate(self.runs):
-            buffer = self.buffers[s] if phase == "online" else None
-            collector = self.collectors[s] if phase == "online" else None
-            paths.append(run.write_state(self.agent_for(agent, s), step_in_phase, phase, buffer, collector))
+            meta = {
+                "global_step": global_step(run.cfg, step_in_phase, phase),
+                "phase": phase,
+                "step_in_phase": step_in_phase,
+                "dataset_rng": dataset_states[s] if dataset_states else seeding.generator_state(run.train_dataset.rng),
+                "offline_sampler": self.sampler_kind,
+                "shard_index": None if run.env_data.next_shard is None else run.env_data.next_shard.index,
+                "csv_rows": resume.csv_row_counts(run.run_dir),
+                "wandb_run_id": None if run.logger.wandb_run is None else run.logger.wandb_run.id,
+            }
+            buffer = None
+            if phase == "online":
+                buffer = self.buffers[s]
+                meta.update(buffer_rng=seeding.generator_state(buffer.rng), collector=self.collectors[s].state())
+            paths.append(resume.write_state(run.run_dir, meta, self.agent_for(agent, s), buffer, keep=None))
         for run in self.runs:
             resume.prune_states(run.run_dir, self.cfg.keep_states)
         logging.info("Run state written: %s", ", ".join(paths))
@@ -352,8 +415,62 @@ class SeedGroup:
         sys.exit(resume.EXIT_PREEMPTED)
 
     def finish(self):
-        """Mark every seed's run done (`DONE.json`), close the loggers and the evaluation envs."""
+        """Mark every seed's run done (`DONE.json`: a sweep skips it), close the loggers and the evaluation envs."""
         for run in self.runs:
-            run.finish()
-        self.runs[0].close_envs()
+            done = {"offline_steps": run.cfg.offline_steps, "online_steps": run.cfg.online_steps}
+            write_json(os.path.join(run.run_dir, "DONE.json"), done)
+            run.logger.close()
+        if self.eval_vector_env is not None:
+            self.eval_vector_env.close()
+            self.eval_vector_env = None
         resume.release_run_dirs()
+
+
+def evaluate_and_log(
+    agent, eval_env, cfg, logger, step: int, action_dim: int, chunk: int, vector_env=None, task_names=None
+) -> Dict:
+    """`evaluation.evaluate` of `agent` at `step` (the `evaluation` stream of `cfg.seed`), logged under `eval`;
+    returns the row. With `vector_env` the evaluation episodes run in lockstep, videos always on `eval_env`;
+    goal-conditioned (`task_names`): every task. `--action_chunk_eval_sizes` and `--best_of_n_eval_values` add
+    evaluations executing only the first n actions of each `chunk` (`ac<n>/...`; cuts not shorter than the
+    chunk are skipped) or acting with N samples (`bfn<N>/...`), as the DQC release's."""
+    from runner.config import parse_eval_values
+
+    sizes = [0] + [n for n in parse_eval_values(cfg.action_chunk_eval_sizes, "x") if 0 < n < chunk]
+    samples = [0] + [n for n in parse_eval_values(cfg.best_of_n_eval_values, "x") if n > 0]
+    start = time.time()
+    row, first = {}, None
+    for size in dict.fromkeys(sizes):
+        for n in dict.fromkeys(samples):
+            prefix = (f"ac{size}" if size else "") + ("-" if size and n else "") + (f"bfn{n}" if n else "")
+            stats, _, renders = evaluate(
+                agent,
+                eval_env,
+                num_eval_episodes=cfg.eval_episodes,
+                num_video_episodes=0 if prefix else cfg.video_episodes,
+                video_frame_skip=cfg.video_frame_skip,
+                action_dim=action_dim,
+                seed=cfg.seed,
+                step=step,
+                progress=cfg.progress,
+                vector_env=vector_env,
+                task_names=task_names,
+                action_chunk_eval_size=size or None,
+                best_of_n=n or None,
+            )
+            row.update({f"{prefix}/{k}" if prefix else k: v for k, v in stats.items()})
+            if not prefix:
+                first = stats
+                if renders:  # the video episodes one after another, every --video_frame_skip-th frame
+                    path = os.path.join(logger.save_dir, "videos", f"eval_{step}.mp4")
+                    write_video(path, np.concatenate(renders))
+                    if logger.wandb_run is not None:
+                        import wandb
+
+                        logger.wandb_run.log({"eval/video": wandb.Video(path, format="mp4")}, step=step)
+    row["time"] = time.time() - start
+    logger.log(row, "eval", step=step)
+    first = first if first is not None else row
+    seed = f" (seed {cfg.seed})" if getattr(cfg, "num_seeds", 1) > 1 else ""  # a group logs one line per seed
+    logging.info("step %d: eval success %.3f%s", step, first.get("success", float("nan")), seed)
+    return row

@@ -11,187 +11,63 @@ import json
 import os
 import re
 import shutil
-import time
 from typing import Dict, List, Optional
 
 import numpy as np
 from absl import logging
 
 import agents
-from evaluation import OnlineCollector, evaluate
-from log_utils import Logger, get_exp_name, make_run_dir, setup_wandb, write_json, write_video
+from log_utils import Logger, get_exp_name, make_run_dir, setup_wandb, write_json
 from runner import resume
 from runner.cli import input_errors
 from utils import seeding
-from utils.datasets import Dataset, ReplayBuffer
+from utils.datasets import Dataset
 from utils.device_sampler import ChunkWindows
-from utils.flax_utils import save_agent
 
 
 @dataclasses.dataclass
 class Run:
-    """Everything both drivers build for one seed before their loops (`setup_runs`).
+    """What `setup_runs` builds for one seed; the loop's work on it is `runner.seed_group.SeedGroup`'s.
 
-    Attributes:
-        cfg: the run settings.
-        agent: the freshly created agent (`agent.config` is the resolved config).
-        env_data: `envs.env_utils.EnvAndDatasets` (envs, datasets, reward transform, shards).
-        train_dataset: the offline `Dataset` (its generator is the `dataset` stream).
-        run_dir: the run directory; logger: CSV/wandb logger.
-        action_dim: size of one environment action; example: one transition (leading axis 1).
-        resume_meta: the state being continued (`--resume`), else None.
-
-    `start_step` gives the step each phase starts after, `write_state` writes the full run state (on
-    the schedule of `runner.seed_group.SeedGroup.write_state_if_due`), `finish` marks the run done.
+    `agent` is fresh or resumed (`agent.config`: the resolved config); `env_data` the
+    `envs.env_utils.EnvAndDatasets`; `train_dataset` the offline `Dataset` (its generator: the `dataset`
+    stream) and `windows` the agent's window source over it (`window_source`, rebuilt at each shard);
+    `chunk_length` the actions per policy call (`AgentSpec.chunk_length`); `example` one transition;
+    `resume_meta` the state being continued (`--resume`), else None.
     """
 
     cfg: object
     agent: object
     env_data: object
     train_dataset: Dataset
+    windows: object
     run_dir: str
     logger: Logger
     action_dim: int
+    chunk_length: int
     example: Dict
     resume_meta: Optional[Dict] = None
-    # How offline windows are drawn ("host" or "device"; runner/sampling.py) and, while a prefetching
-    # thread owns the dataset's generator, a function giving the state of its next batch for run states.
-    sampler_in_use: str = "host"
-    sampler_state_fn: Optional[object] = None
-    eval_vector_env: Optional[object] = None  # --eval_envs > 1: built at the first evaluation
-    _windows: Optional[tuple] = None  # (the dataset, its window source)
 
-    def windows(self):
-        """The source of the agent's offline batches over the current dataset (`AgentSpec.windows`), built
-        once per dataset (shard)."""
-        if self._windows is None or self._windows[0] is not self.train_dataset:
-            spec = agents.get(self.agent.config["agent_name"])
-            make = spec.windows or ChunkWindows
-            self._windows = (self.train_dataset, make(self.train_dataset, self.agent.config))
-        return self._windows[1]
 
-    # ---- run state -------------------------------------------------------------------------------
+def window_source(dataset: Dataset, agent_config):
+    """The source of the agent's offline batches over `dataset`: `AgentSpec.windows`, by default
+    `utils.device_sampler.ChunkWindows` (h-step windows, docs/batch_contract.md)."""
+    return (agents.get(agent_config["agent_name"]).windows or ChunkWindows)(dataset, agent_config)
 
-    def start_step(self, phase: str) -> int:
-        """The last step of `phase` already done: 0 for a fresh run, else taken from the resumed state."""
-        meta = self.resume_meta
-        if meta is None:
-            return 0
-        if phase == "offline":
-            return meta["step_in_phase"] if meta["phase"] == "offline" else self.cfg.offline_steps
-        return meta["step_in_phase"] if meta["phase"] == "online" else 0
 
-    def restore_offline(self, meta: Dict):
-        """Agent, offline sampler (and the shard in use) as the state left them."""
-        self.agent = meta["agent"]
-        shard_index = meta.get("shard_index")
-        if shard_index and self.env_data.next_shard is not None:
-            self.env_data.next_shard.index = shard_index - 1
-            self.train_dataset = Dataset.create(
-                **self.env_data.next_shard(),
-                rng=self.train_dataset.rng,
-                stop_reward_at_mask_zero=self.train_dataset.stop_reward_at_mask_zero,
-            )
-        seeding.set_generator_state(self.train_dataset.rng, meta["dataset_rng"])
-
-    def replay_buffer(self, with_offline_data: bool, dataset: Dataset) -> ReplayBuffer:
-        """The online replay buffer: restored from the resumed state in the online phase, else new."""
-        meta = self.resume_meta
-        if meta is not None and meta["phase"] == "online":
-            buffer = ReplayBuffer(
-                meta["buffer_arrays"],
-                rng=seeding.numpy_rng(self.cfg.seed, "replay_buffer"),
-                stop_reward_at_mask_zero=self.cfg.stop_reward_at_mask_zero,
-                size=meta["buffer"]["size"],
-                pointer=meta["buffer"]["pointer"],
-            )
-            seeding.set_generator_state(buffer.rng, meta["buffer_rng"])
-            return buffer
-        self.train_dataset = dataset
-        return make_replay_buffer(self, with_offline_data)
-
-    def collector(self) -> "OnlineCollector":
-        """The online collector (`collector` stream), restored from the resumed state in the online phase."""
-        collector = OnlineCollector(
-            self.env_data.env, self.action_dim, self.env_data.reward_fn, seeding.jax_key(self.cfg.seed, "collector")
+def restore_offline(run: Run, meta: Dict):
+    """`run`'s agent, offline dataset shard and generator as the resumed state left them."""
+    run.agent = meta["agent"]
+    shard_index = meta.get("shard_index")
+    if shard_index and run.env_data.next_shard is not None:
+        run.env_data.next_shard.index = shard_index - 1
+        run.train_dataset = Dataset.create(
+            **run.env_data.next_shard(),
+            rng=run.train_dataset.rng,
+            stop_reward_at_mask_zero=run.train_dataset.stop_reward_at_mask_zero,
         )
-        meta = self.resume_meta
-        if meta is not None and meta["phase"] == "online":
-            collector.restore(meta["collector"])
-        return collector
-
-    def write_state(self, agent, step_in_phase: int, phase: str, buffer=None, collector=None) -> str:
-        """Write this run's full state now (`resume.write_state`, no pruning); returns its directory.
-
-        Any step is a safe point: online, the collector saves an episode in progress as its actions
-        (`OnlineCollector.state`).
-        """
-        meta = {
-            "global_step": self.global_step(step_in_phase, phase),
-            "phase": phase,
-            "step_in_phase": step_in_phase,
-            "dataset_rng": self.sampler_state(),
-            "offline_sampler": self.sampler_in_use,
-            "shard_index": None if self.env_data.next_shard is None else self.env_data.next_shard.index,
-            "csv_rows": resume.csv_row_counts(self.run_dir),
-            "wandb_run_id": None if self.logger.wandb_run is None else self.logger.wandb_run.id,
-        }
-        if phase == "online":
-            meta["buffer_rng"] = seeding.generator_state(buffer.rng)
-            meta["collector"] = collector.state()
-        return resume.write_state(self.run_dir, meta, agent, buffer if phase == "online" else None, keep=None)
-
-    def sampler_state(self) -> Dict:
-        """The offline sampler's generator state for a run state (the next batch it will give)."""
-        if self.sampler_state_fn is not None:
-            return self.sampler_state_fn()
-        return seeding.generator_state(self.train_dataset.rng)
-
-    def close_envs(self):
-        """Close the evaluation vector env (its subprocesses in async mode)."""
-        if self.eval_vector_env is not None:
-            self.eval_vector_env.close()
-            self.eval_vector_env = None
-
-    def finish(self):
-        """Mark the run done (`DONE.json`: a sweep skips it) and close the logger."""
-        write_json(
-            os.path.join(self.run_dir, "DONE.json"),
-            {"offline_steps": self.cfg.offline_steps, "online_steps": self.cfg.online_steps},
-        )
-        self.logger.close()
-
-    def phase_steps(self, phase: str) -> int:
-        return self.cfg.offline_steps if phase == "offline" else self.cfg.online_steps
-
-    def global_step(self, step_in_phase: int, phase: str) -> int:
-        """Offline step i logs as i, online step i as `offline_steps + i`."""
-        return step_in_phase + (self.cfg.offline_steps if phase == "online" else 0)
-
-    def evaluate(self, agent, step: int) -> Dict:
-        """Evaluate `agent` at global `step` and log it to this run's `eval` CSV (`evaluate_and_log`).
-
-        With `--eval_envs` > 1 the episodes run on `eval_vector_env` (built at the first evaluation;
-        a seed group shares one: every episode is reset with its own seed, so the env instance
-        does not matter).
-        """
-        episodes = self.cfg.eval_episodes * max(getattr(self.env_data, "num_tasks", 0), 1)
-        if self.cfg.eval_envs > 1 and episodes > 0 and self.eval_vector_env is None:
-            from evaluation import make_eval_vector_env
-
-            self.eval_vector_env = make_eval_vector_env(
-                self.env_data.make_eval_env, min(self.cfg.eval_envs, episodes), self.cfg.eval_env_mode
-            )
-        return evaluate_and_log(
-            agent,
-            self.env_data.eval_env,
-            self.cfg,
-            self.logger,
-            step=step,
-            action_dim=self.action_dim,
-            vector_env=self.eval_vector_env,
-            task_names=getattr(self.env_data, "task_names", None) or None,
-        )
+        run.windows = window_source(run.train_dataset, run.agent.config)
+    seeding.set_generator_state(run.train_dataset.rng, meta["dataset_rng"])
 
 
 def trajectory_lengths(terminals: np.ndarray) -> np.ndarray:
@@ -268,13 +144,9 @@ def check_sizes(cfg):
 
 
 def check_memory(cfg, dataset: Dataset, example: Dict):
-    """`ValueError` when the run would not fit in this machine's memory, before its agents and buffers exist.
-
-    Counts, per seed of `--num_seeds`: the agent (parameters, optimizer state and one gradient, from
-    `jax.eval_shape` of its `create`), the replay buffer (`--buffer_size` rows, or the offline data plus
-    the online rows for main.py), a batch of `--utd_ratio` x `batch_size` windows and two envs; plus the
-    batched evaluation envs (`--eval_envs`).
-    """
+    """`ValueError` when the run would not fit in this machine's memory, before its agents and buffers exist:
+    per seed the agent (parameters, optimizer state and a gradient, by `jax.eval_shape` of `create`), the
+    replay buffer, a batch of `--utd_ratio` x `batch_size` windows and two envs, plus the evaluation envs."""
     import jax
 
     spec = agents.get(cfg.agent["agent_name"])
@@ -286,7 +158,7 @@ def check_memory(cfg, dataset: Dataset, example: Dict):
     rows = 0
     if cfg.online_steps > 0:
         rows = max(cfg.buffer_size, dataset.size + 1) if cfg.driver == "main" else cfg.buffer_size
-    window = max(int(cfg.horizon_length or 1), 1)
+    window = cfg.window_length  # rows per window (SPEC.window_length)
     batch = cfg.agent.get("batch_size", 1) * max(cfg.utd_ratio, 1) * window * row_bytes
     s = cfg.num_seeds
     eval_envs = min(cfg.eval_envs, cfg.eval_episodes) if cfg.eval_envs > 1 else 0
@@ -297,7 +169,8 @@ def check_memory(cfg, dataset: Dataset, example: Dict):
         (
             f"{s} batch(es)",
             s * batch,
-            f"--agent.batch_size={cfg.agent.get('batch_size')} --utd_ratio={cfg.utd_ratio} --horizon_length={window}",
+            f"--agent.batch_size={cfg.agent.get('batch_size')} --utd_ratio={cfg.utd_ratio} "
+            + (f"--horizon_length={window}" if cfg.horizon_length is not None else f"(window of {window} rows)"),
         ),
         (f"{2 * s} envs", 2 * s * ENV_BYTES, ""),
         (f"{eval_envs} evaluation envs", eval_envs * ENV_BYTES, f"--eval_envs={cfg.eval_envs}"),
@@ -383,22 +256,16 @@ def _make_run_dir(cfg):
 def setup_run(
     cfg, agent_config: Dict, metadata: Dict, resume_meta: Optional[Dict] = None, history=None, agent_history=None
 ):
-    """Create `<save_dir>/<run_group>/<exp_name>/`, write `flags.json`, return `(run_dir, logger)`.
-
-    `flags.json`: `flags` (every setting), `agent` (the config the agent was built with:
-    `horizon_length`, `ob_dims`, `action_dim` filled in) and `metadata` entries (ogbench
-    version, reward timing, the task id that runs). With `--resume` the run directory of `--run_name`
-    is used as it is (`resume_meta`: the state being continued, whose CSV rows and wandb id are kept;
-    `history`: the data records of its earlier parts when `--accept_changed_data` let it go on;
-    `agent_history`: the agent-file records likewise, `--accept_changed_agent`). `agent_source` records the
-    path and sha256 of the file that defines the agent.
-    """
+    """Create (or, with `--resume`, reuse) the run directory, write `flags.json` and start the logger: `(run_dir,
+    logger)`. `flags.json` holds `flags`, the resolved `agent` config, its `agent_defaults` and `agent_source`
+    (path, sha256), `metadata` (env facts, data records), the histories `--accept_changed_data` and
+    `--accept_changed_agent` kept (`history`, `agent_history`), `sweep` and `method` (docs/outputs.md)."""
     try:
         exp_name, run_dir = _make_run_dir(cfg)
     except OSError as e:  # a read-only or unwritable --save_dir
         where = os.path.join(cfg.save_dir, cfg.run_group)
         raise ValueError(f"cannot write the run directory in {where} ({e.strerror or e}); check --save_dir.") from None
-    # The agent's defaults label a run of an agent the plotting process does not know (agents.describe).
+    # The agent's defaults label a run of an agent the plotting process does not know (plot_runs.describe).
     spec = agents.get(agent_config["agent_name"])
     record = {"driver": cfg.driver, "flags": cfg.flag_values, "agent": dict(agent_config)}
     record.update(agent_defaults=spec.get_config().to_dict(), agent_source=resume.agent_source(spec.agent_class))
@@ -458,13 +325,9 @@ def seed_configs(cfg) -> List:
 
 
 def setup_runs(cfg) -> List[Run]:
-    """Build envs and datasets, check them, create the agents, write the run directories.
-
-    One `Run` per seed of `--num_seeds` (`seed_configs`): the offline data is loaded once and shared
-    (read-only arrays); each seed gets its own environments, samplers and agent, seeded from its own
-    seed. Every input error (missing or bad data file, a dataset with no window of `horizon_length`,
-    rendering that cannot work) is raised as `InputError` before training starts.
-    """
+    """One `Run` per seed of `--num_seeds` (`seed_configs`): envs and data loaded once and checked, each seed's
+    envs, dataset generator, window source and agent from its own seed, states restored with `--resume`, run
+    directories written. Every input error is raised as `InputError` before training starts."""
     from envs.env_utils import envs_for_seed, make_env_and_datasets
 
     with input_errors():
@@ -512,14 +375,14 @@ def setup_runs(cfg) -> List[Run]:
         check_goal_conditioning(spec, env_data, cfg.env_name)
         flag = "--horizon_length" if cfg.horizon_length is not None else "the agent's window length"
         check_dataset_windows(first_dataset, cfg.window_length, what, flag)
-        try:  # the agent's own batch source, built once here: a window it cannot draw is found before any run starts
-            (spec.windows or ChunkWindows)(first_dataset, cfg.agent)
+        try:  # the agent's own batch source, built here: a window it cannot draw is found before any run starts
+            first_windows = window_source(first_dataset, cfg.agent)
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from None
-        check_memory(cfg, first_dataset, first_dataset.sample(1, idxs=np.zeros(1, dtype=int)))
+        example = first_dataset.sample(1, idxs=np.zeros(1, dtype=int))
+        check_memory(cfg, first_dataset, example)
         if cfg.video_episodes > 0:
             check_rendering(cfg.env_name, env_data.eval_env)
-        example = first_dataset.sample(1, idxs=np.zeros(1, dtype=int))
         env_datas, datasets, agents_ = [], [], []
         for c in configs:
             if c is configs[0]:
@@ -566,14 +429,16 @@ def setup_runs(cfg) -> List[Run]:
                 agent=agent,
                 env_data=data,
                 train_dataset=dataset,
+                windows=first_windows if dataset is first_dataset else window_source(dataset, agent.config),
                 run_dir=run_dir,
                 logger=logger,
                 action_dim=int(example["actions"].shape[-1]),
+                chunk_length=spec.chunk_length(agent.config),
                 example=example,
                 resume_meta=meta,
             )
             if meta is not None:
-                run.restore_offline(meta)
+                restore_offline(run, meta)
             runs.append(run)
     if group:
         names = [os.path.basename(r.run_dir) for r in runs]
@@ -584,96 +449,3 @@ def setup_runs(cfg) -> List[Run]:
             record["seed_group"] = dict(group, run_names=names)
             write_json(record_path, record)
     return runs
-
-
-def make_replay_buffer(run: Run, with_offline_data: bool) -> ReplayBuffer:
-    """The online replay buffer: `replay_buffer` stream, `--stop_reward_at_mask_zero` like the dataset.
-
-    `with_offline_data` (main.py): a copy of the offline dataset as its oldest rows, capacity
-    `max(--buffer_size, rows + 1)`; else (main_online.py) empty, capacity `--buffer_size`.
-    """
-    rng = seeding.numpy_rng(run.cfg.seed, "replay_buffer")
-    stop = run.cfg.stop_reward_at_mask_zero
-    if with_offline_data:
-        return ReplayBuffer.create_from_initial_dataset(
-            dict(run.train_dataset),
-            size=max(run.cfg.buffer_size, run.train_dataset.size + 1),
-            rng=rng,
-            stop_reward_at_mask_zero=stop,
-        )
-    example = {
-        k: run.example[k][0] for k in ("observations", "actions", "rewards", "terminals", "masks", "next_observations")
-    }
-    return ReplayBuffer.create(example, size=run.cfg.buffer_size, rng=rng, stop_reward_at_mask_zero=stop)
-
-
-def save_checkpoint(agent, run_dir: str, step: int, phase: str) -> str:
-    """Save `agent` to `<run_dir>/checkpoints/agent_<step>.msgpack` (no pickle)."""
-    path = os.path.join(run_dir, "checkpoints", f"agent_{step}.msgpack")
-    return save_agent(agent, path, metadata={"step": int(step), "phase": phase})
-
-
-def evaluate_and_log(
-    agent, eval_env, cfg, logger: Logger, step: int, action_dim: int, vector_env=None, task_names=None
-) -> Dict:
-    """Run `evaluation.evaluate` and log its stats under `eval` at `step`.
-
-    The evaluation's policy key and reset seeds are the `evaluation` stream of `cfg.seed` at
-    `step` (`utils.seeding.evaluation_streams`), never the training streams. With `vector_env`
-    the evaluation episodes run on it in lockstep (the same per-episode results); video episodes
-    always run on `eval_env`. Goal-conditioned (`task_names`): every evaluation task, `success` their
-    mean. `--action_chunk_eval_sizes` and `--best_of_n_eval_values` add evaluations of the same policy
-    executing only the first n actions of each chunk (`ac<n>/...` columns) or acting with N samples
-    (`bfn<N>/...`), as the DQC release's `evaluation-ac-<n>` and `-bfn<N>`. Returns the stats (`success`
-    is the success rate of the default evaluation).
-    """
-    from runner.config import executed_chunk, parse_eval_values
-
-    chunk = executed_chunk(agent.config)
-    # The default evaluation first, then each cut shorter than a chunk (the release skips the others) and each N.
-    sizes = [0] + [n for n in parse_eval_values(cfg.action_chunk_eval_sizes, "x") if 0 < n < chunk]
-    samples = [0] + [n for n in parse_eval_values(cfg.best_of_n_eval_values, "x") if n > 0]
-    start = time.time()
-    row, first = {}, None
-    for size in dict.fromkeys(sizes):
-        for n in dict.fromkeys(samples):
-            prefix = (f"ac{size}" if size else "") + ("-" if size and n else "") + (f"bfn{n}" if n else "")
-            stats, _, renders = evaluate(
-                agent,
-                eval_env,
-                num_eval_episodes=cfg.eval_episodes,
-                num_video_episodes=0 if prefix else cfg.video_episodes,
-                video_frame_skip=cfg.video_frame_skip,
-                action_dim=action_dim,
-                seed=cfg.seed,
-                step=step,
-                progress=cfg.progress,
-                vector_env=vector_env,
-                task_names=task_names,
-                action_chunk_eval_size=size or None,
-                best_of_n=n or None,
-            )
-            row.update({f"{prefix}/{k}" if prefix else k: v for k, v in stats.items()})
-            if not prefix:
-                first = stats
-                if renders:  # the video episodes one after another, every --video_frame_skip-th frame
-                    path = os.path.join(logger.save_dir, "videos", f"eval_{step}.mp4")
-                    write_video(path, np.concatenate(renders))
-                    if logger.wandb_run is not None:
-                        import wandb
-
-                        logger.wandb_run.log({"eval/video": wandb.Video(path, format="mp4")}, step=step)
-    row["time"] = time.time() - start
-    logger.log(row, "eval", step=step)
-    first = first if first is not None else row
-    seed = f" (seed {cfg.seed})" if getattr(cfg, "num_seeds", 1) > 1 else ""  # a group logs one line per seed
-    logging.info("step %d: eval success %.3f%s", step, first.get("success", float("nan")), seed)
-    return row
-
-
-def episode_stats(info: Dict) -> Dict:
-    """Success, return and length of a finished training episode (for the `env` CSV)."""
-    stats = {"success": float(info.get("success", np.nan))}
-    for k, v in info.get("episode", {}).items():
-        stats[f"episode.{k}"] = float(v)
-    return stats

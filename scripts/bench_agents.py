@@ -51,6 +51,8 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 import bench_reference  # noqa: E402
 
+from utils.startup import ArgumentParser  # noqa: E402
+
 QCFQL = dict(actor_type="distill-ddpg", alpha=100.0)
 METHODS = {"qc": dict(actor_type="best-of-n", actor_num_samples=32), "qcfql": QCFQL}
 SECTIONS = ("updates", "seeds", "dispatch", "eval", "memory", "generation")
@@ -58,9 +60,7 @@ ENV_NAME = "cube-double-play-singletask-task2-v0"
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sections", default="seeds,dispatch,eval,memory,generation",
                    help="comma-separated sections: updates, seeds, dispatch, eval, memory, generation")  # fmt: skip
     p.add_argument("--memory_dataset", default=os.path.expanduser("~/.ogbench/data/cube-single-play-v0.npz"),
@@ -220,7 +220,7 @@ def worker(args):
         evaluation.evaluate(agent, env, num_eval_episodes=args.eval_episodes, action_dim=5)
         result["seconds"] = time.perf_counter() - start
     else:
-        raise SystemExit(f"unknown worker {args.worker}")
+        raise SystemExit(f"error: unknown worker {args.worker}")
     print(json.dumps(result), flush=True)
 
 
@@ -242,7 +242,7 @@ def collect(proc):
     lines = [line for line in out.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         sys.stderr.write(out[-3000:] + err[-3000:])
-        raise SystemExit(f"a worker failed (exit status {proc.returncode})")
+        raise SystemExit(f"error: a worker failed (exit status {proc.returncode})")
     return json.loads(lines[-1])
 
 
@@ -420,7 +420,7 @@ def section_eval(args, rows):
         finally:
             vector_env.close()
         if batched_stats["success"] != stats["success"]:
-            raise SystemExit(f"{mode} batched and sequential evaluation disagree")
+            raise SystemExit(f"error: {mode} batched and sequential evaluation disagree")
         return seconds
 
     batched = batched_seconds(args.eval_envs, "sync")
@@ -458,7 +458,7 @@ def section_memory(args, rows):
             _, status, usage = os.wait4(proc.pid, 0)
             seconds = time.perf_counter() - start
             if status != 0:
-                raise SystemExit(f"the memory job failed: {proc.stderr.read()[-2000:]}")
+                raise SystemExit(f"error: the memory job failed: {proc.stderr.read()[-2000:]}")
         rows.append(
             dict(section="memory", setting=f"E={eval_envs}", unit="peak GB (main job)", ours=usage.ru_maxrss / 2**20)
         )

@@ -83,9 +83,11 @@ FORWARDED = (
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    if OUR_ROOT not in sys.path:  # run as `python scripts/bench_reference.py`: for utils.startup only (workers isolate)
+        sys.path.insert(0, OUR_ROOT)
+    from utils.startup import ArgumentParser
+
+    p = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--reference_dir",
         default=None,
@@ -310,7 +312,7 @@ def spawn(worker, args):
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
-        raise SystemExit(f"worker {worker} failed (exit status {proc.returncode})")
+        raise SystemExit(f"error: worker {worker} failed (exit status {proc.returncode})")
     return json.loads(lines[-1])
 
 
@@ -346,7 +348,7 @@ def main(args):
         if first is None:
             first = results
             if results["ours"]["batch_checksum"] != results["reference"]["batch_checksum"]:
-                raise SystemExit("the two workers built different batches")
+                raise SystemExit("error: the two workers built different batches")
             diffs = config_differences(results["ours"]["config"], results["reference"]["config"])
             print(
                 "config: the agents agree on every shared key"

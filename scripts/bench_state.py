@@ -25,7 +25,6 @@ The state's size on disk is reported too: `write_state` decides what it writes (
 states hold only the filled rows, `--filled` changes it), so rerun this after such a change.
 """
 
-import argparse
 import json
 import os
 import shutil
@@ -35,6 +34,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from utils.startup import ArgumentParser  # noqa: E402
 
 
 def paper_agent(obs_dim: int, action_dim: int, horizon: int):
@@ -94,7 +95,7 @@ def tree_bytes(path: str) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", default=None, help="Where the states are written (default: a temporary directory).")
     parser.add_argument("--rows", type=int, default=2_000_000, help="Replay buffer storage rows (default: 2M).")
     parser.add_argument("--filled", type=int, default=None, help="Rows holding transitions (default: all).")

@@ -10,7 +10,6 @@ one line per figure it measures. To add a section, write the function and add it
 Sections import what they need themselves, so one section's dependencies never slow another.
 """
 
-import argparse
 import statistics
 import sys
 import time
@@ -18,6 +17,8 @@ from pathlib import Path
 
 # Make the repository root importable when run as `python scripts/benchmark.py`.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from utils.startup import ArgumentParser  # noqa: E402
 
 
 def _median_ms(fn, repeats, warmup):
@@ -69,7 +70,7 @@ BENCHMARKS = {
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--only",
         choices=sorted(BENCHMARKS),

@@ -17,7 +17,7 @@ content and the curve is the history of `eval/success` against the step it was l
 environment step).
 
 Groups. Runs are grouped by a label derived from the resolved agent config in `flags.json`, not from
-`--method` (`label_of`, the registry's `agents.describe`): a config of a paper method (the agent's
+`--method` (`plot_runs.label_of` and `describe`): a config of a paper method (the agent's
 `method_of`) is labelled with the method's name plus each setting where it differs from the paper's
 values for its domain (`h=3`, `N=16`, `alpha=100`) and every other key that differs from the agent's
 defaults; any other config (an agent the registry does not know, a config with keys its registered
@@ -101,13 +101,9 @@ from plot_runs import (  # noqa: E402,F401
 from plot_stats import bootstrap_curve, compute_curves  # noqa: E402,F401
 from plot_table import build_table, write_curves_csv  # noqa: E402
 
+from utils.startup import ArgumentParser  # noqa: E402
+
 # ------------------------------------------------------------------------------------------------ command line
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        print(f"error: {message} (see --help)", file=sys.stderr)
-        sys.exit(2)
 
 
 def _offset_arg(value: str):
@@ -133,7 +129,7 @@ def _positive(value: str) -> int:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = ArgumentParser(
         prog="python scripts/plot_curves.py",
         description="Plot success rate against steps for runs of main.py / main_online.py, grouped by method, "
         "with 95% stratified bootstrap confidence intervals and the paper's curves for comparison.",

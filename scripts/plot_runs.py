@@ -12,7 +12,7 @@ import math
 import os
 import re
 import sys
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -61,6 +61,72 @@ def progress(items, total: int, what: str):
 # ------------------------------------------------------------------------------------------------ labels
 
 
+def _format(value) -> str:
+    if isinstance(value, float):
+        return format(value, "g")
+    if isinstance(value, (tuple, list)) and value and len(set(value)) == 1:
+        return f"{value[0]}x{len(value)}"  # (256, 256, 256) -> 256x3
+    if isinstance(value, (tuple, list)):
+        return "(" + ",".join(str(v) for v in value) + ")"
+    return str(value)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(b)))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+# Keys filled in from the data or derived by create(): never part of a label.
+DERIVED_KEYS = ("ob_dims", "action_dim", "target_entropy", "agent_name")
+
+
+def describe(
+    config: Mapping, paper_values: Optional[Mapping] = None, defaults: Optional[Mapping] = None, shown: Sequence = ()
+):
+    """`(method label, run label)` of a resolved agent config (a run's `flags.json` `agent`).
+
+    A config of a paper method (`method_of`, with every key known to the agent) is labelled by the method,
+    e.g. `('QC', 'QC h=3 N=16')`: plus each setting of the method (its definition, then `paper_values`,
+    the paper's `{setting: value}` for the run's domain; `None` counts as different) the run differs
+    in, plus every other key that differs from the agent's `get_config()`. Any other config (an
+    unknown agent, unknown keys, a combination no method has) is labelled from its own agent name and
+    the keys that differ from its defaults (`defaults`, else the registered agent's `get_config()`),
+    e.g. `('toy', 'toy toy_weight=0.5')`: never with a paper method's label; keys in `shown` (those the
+    runs plotted beside it vary in) appear whatever their value, e.g. `'toy toy_weight=0.5'` beside
+    `'toy toy_weight=1'` although 0.5 is the default.
+    """
+    name = str(config.get("agent_name"))
+    spec = agents.REGISTRY.get(name)
+    if defaults is None and spec is not None:
+        defaults = spec.get_config().to_dict()
+    defaults = dict(defaults or {})
+    known = spec is not None and set(config) <= set(spec.get_config().keys())
+    method = spec.method_of(config) if known else None
+    if method is not None and method in spec.methods:
+        entry = spec.methods[method]
+        parts, shown = [entry.label], set()
+        for setting, paper in {**entry.settings, **(paper_values or {})}.items():
+            if not setting.startswith("agent.") and setting != "horizon_length":
+                continue  # a driver flag such as --sparse: not an agent setting
+            key = setting[len("agent.") :] if setting.startswith("agent.") else setting
+            shown.add(key)
+            if key in config and (paper is None or not _same(config[key], paper)):
+                parts.append(f"{spec.short_names.get(setting, key)}={_format(config[key])}")
+        extra = [k for k in sorted(config) if k not in shown and k not in DERIVED_KEYS]
+        parts += [f"{k}={_format(config[k])}" for k in extra if k in defaults and not _same(config[k], defaults[k])]
+        return entry.label, " ".join(parts)
+    parts = [name]
+    for key in sorted(config):
+        if key in DERIVED_KEYS:
+            continue
+        if key in shown or key not in defaults or not _same(config[key], defaults[key]):
+            parts.append(f"{key}={_format(config[key])}")
+    return name, " ".join(parts)
+
+
 def _paper_method(agent: Dict) -> Optional[str]:
     """The `--method` name of the paper method a resolved agent config is, by its registry entry; None for
     an unknown agent, a config with keys the registered agent lacks, or a combination no method has."""
@@ -74,7 +140,7 @@ def _paper_method(agent: Dict) -> Optional[str]:
 def label_of(record: Dict, shown: Sequence[str] = ()) -> Tuple[Optional[str], str]:
     """`(paper method, label)` of a run from its `flags.json` record (plot_curves.py, "Groups").
 
-    `('QC', 'QC h=3 N=16')` for a run of a paper method (labels of the registry's `agents.describe`);
+    `('QC', 'QC h=3 N=16')` for a run of a paper method (`describe`);
     `(None, 'toy toy_weight=0.5')` for any other run, which also names the config keys in `shown`
     (`show_varying_keys`). A label that would start with a paper method's name without being that method
     gets ` (not the paper's QC)`.
@@ -86,7 +152,7 @@ def label_of(record: Dict, shown: Sequence[str] = ()) -> Tuple[Optional[str], st
     agent, env_name = record["agent"], record["flags"]["env_name"]
     method = _paper_method(agent)
     paper = methods.paper_values(method, env_name) if method else {}
-    method_label, label = agents.describe(agent, paper, record.get("agent_defaults"), shown)
+    method_label, label = describe(agent, paper, record.get("agent_defaults"), shown)
     first = label.split(" ")[0]
     if method is None and first in METHOD_ORDER:
         label += f" (not the paper's {first})"
@@ -550,7 +616,7 @@ def show_varying_keys(runs: Sequence[Run]) -> List[Run]:
     relabelled = {}
     for group in by_agent.values():
         configs = [r.record["agent"] for r in group]
-        keys = sorted({k for c in configs for k in c} - set(agents.DERIVED_KEYS))
+        keys = sorted({k for c in configs for k in c} - set(DERIVED_KEYS))
         varying = [k for k in keys if len({repr(_comparable(c.get(k))) for c in configs}) > 1]
         for r in group if varying else ():
             relabelled[id(r)] = dataclasses.replace(r, label=label_of(r.record, varying)[1])

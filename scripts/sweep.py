@@ -71,6 +71,7 @@ from sweep_run import DONE_FILE, InputError, RunFailed, SweepRun, int_at_least  
 from sweep_slurm import make_slurm_executor, run_slurm, sbatch_preview  # noqa: E402,F401
 
 from runner import methods  # noqa: E402
+from utils.startup import ArgumentParser  # noqa: E402
 
 DRIVERS = {"main.py": "main", "main_online.py": "main_online"}
 # Flags every run gets from the sweep itself; they may appear neither in --grid nor after --.
@@ -470,10 +471,7 @@ def build_runs(args, fixed: List[str]) -> List[SweepRun]:
 # ------------------------------------------------------------------------------------------------ command line
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        print(f"error: {message} (see --help)", file=sys.stderr)
-        sys.exit(2)
+_Parser = ArgumentParser  # one `error:` line (utils.startup); scripts/reproduce.py builds its parser with it
 
 
 def make_parser() -> argparse.ArgumentParser:

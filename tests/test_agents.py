@@ -74,53 +74,24 @@ def test_unknown_agent_name_names_the_known_ones():
         agents.get("sac")
 
 
-# ---------------------------------------------------------------- labels
+CHUNK_CASES = [(name, {}) for name in agents.names()] + [
+    ("acfql", {"action_chunking": False}),
+    ("dqc", {"backup_horizon": 4, "policy_chunk_size": 2}),
+]
 
 
-def _acfql(**overrides):
-    spec = agents.get("acfql")
-    return spec.check_config({**spec.get_config().to_dict(), "horizon_length": 5, **overrides})
+@pytest.mark.parametrize("agent_name, overrides", CHUNK_CASES, ids=[f"{a}{o or ''}" for a, o in CHUNK_CASES])
+def test_chunk_length_is_what_sample_actions_returns(agent_name, overrides):
+    """`SPEC.chunk_length` (what the drivers read instead of agent keys) counts the actions of one policy call."""
+    import jax
 
-
-@pytest.mark.parametrize(
-    "overrides, paper, label",
-    [
-        ({}, {"agent.actor_num_samples": 32}, "QC"),
-        (dict(horizon_length=3, actor_num_samples=16), {"agent.actor_num_samples": 32}, "QC h=3 N=16"),
-        (dict(actor_type="distill-ddpg", alpha=300.0), {"agent.alpha": 300.0}, "QC-FQL"),
-        (dict(actor_type="distill-ddpg", alpha=100.0), {"agent.alpha": 300.0}, "QC-FQL alpha=100"),
-        (dict(horizon_length=1, actor_num_samples=4), {"agent.actor_num_samples": None}, "BFN N=4"),  # none given
-        (dict(action_chunking=False, actor_type="distill-ddpg", alpha=100.0), {"agent.alpha": 100.0}, "FQL-n"),
-        # A key outside the method's settings that differs from get_config(): shown, never pooled silently.
-        (
-            dict(lr=1e-3, actor_hidden_dims=(256, 256)),
-            {"agent.actor_num_samples": 32},
-            "QC actor_hidden_dims=256x2 lr=0.001",
-        ),
-    ],
-)
-def test_paper_methods_are_labelled_by_name_and_differences(overrides, paper, label):
-    method, got = agents.describe(_acfql(**overrides), paper)
-    assert got == label and label.startswith(method)
-
-
-def test_unknown_keys_and_agents_are_never_labelled_as_a_paper_method():
-    variant = dict(_acfql(), critic_target="max")  # an ACFQL variant with a new config key
-    method, label = agents.describe(variant, {"agent.actor_num_samples": 32})
-    assert method == "acfql" and "critic_target=max" in label and "QC" not in label
-    toy = {"agent_name": "toy", "lr": 0.001, "toy_weight": 0.5, "horizon_length": 5}
-    defaults = {"agent_name": "toy", "lr": 0.001, "toy_weight": 1.0, "horizon_length": None}
-    assert agents.describe(toy, None, defaults) == ("toy", "toy horizon_length=5 toy_weight=0.5")
-    assert agents.describe(toy) == ("toy", "toy horizon_length=5 lr=0.001 toy_weight=0.5")  # no defaults known
-
-
-def test_a_combination_of_no_method_gets_the_agent_label():
-    spec = agents.get("acrlpd")
-    config = spec.check_config(dict(spec.get_config().to_dict(), horizon_length=5, action_chunking=False))
-    method, label = agents.describe(config)
-    assert method == "acrlpd" and "action_chunking=False" in label
-
-
-def test_format_of_values_in_labels():
-    assert agents._format((512, 512, 512)) == "512x3" and agents._format((256, 512)) == "(256,512)"
-    assert agents._format(3e-4) == "0.0003" and agents._format(np.float64(2.0).item()) == "2"
+    spec = agents.get(agent_name)
+    config = spec.get_config().to_dict()
+    config.update({"horizon_length": 3} if "horizon_length" in config else {}, **overrides)
+    config.update(actor_hidden_dims=(8,), value_hidden_dims=(8,))
+    obs, action_dim = np.zeros(4, np.float32), 2
+    goals = {"ex_goals": obs} if spec.goal_conditioned else {}
+    agent = spec.agent_class.create(0, obs, np.zeros(action_dim, np.float32), config, **goals)
+    kwargs = {"goals": obs} if spec.goal_conditioned else {}
+    chunk = np.asarray(agent.sample_actions(obs, jax.random.PRNGKey(0), **kwargs))
+    assert chunk.shape == (spec.chunk_length(agent.config) * action_dim,)

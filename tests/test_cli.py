@@ -89,12 +89,12 @@ def test_stray_word_is_an_error(monkeypatch, capsys, driver):
 @pytest.mark.parametrize(
     "driver, args, message",
     [
-        ("main", ["--agent.alhpa=3"], "no config key 'alhpa'; did you mean --agent.alpha?"),
+        ("main", ["--agent.alhpa=3"], 'no config key \'alhpa\'; Did you mean "alpha" instead of "alhpa"?'),
         ("main", ["--agent.bc_alpha=0.1"], "it is a key of the acrlpd agent, which main_online.py runs"),
         ("main", ["--agent.init_temp=0.5"], "it is a key of the acrlpd agent"),
         ("main_online", ["--agent.actor_type=best-of-n"], "it is a key of the acfql agent, which main.py runs"),
         ("main_online", ["--agent.flow_steps=3"], "the acrlpd agent has no config key 'flow_steps'"),
-        ("main_online", ["--agent.num_qz=3"], "did you mean --agent.num_qs?"),
+        ("main_online", ["--agent.num_qz=3"], 'Did you mean "num_qs" instead of "num_qz"?'),
         ("main", ["--nosuchflag=1"], "Unknown command line flag 'nosuchflag'"),
     ],
 )
@@ -262,6 +262,25 @@ def test_real_exit_status(script, args, message):
     assert result.returncode == 2, result.stderr[-2000:]
     lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["-m", "envs.generate_dataset", "--nope=1"], "Unknown command line flag 'nope'"),
+        (["-m", "envs.generate_dataset", "--env_name=cube-single-play-v0", "--seed=x"], "--seed=x"),
+        (["-m", "envs.download_datasets", "--env_names=cube-single-play-v0", "oops"], "unexpected word(s)"),
+        (["scripts/benchmark.py", "--repeats=0"], "--repeats=0 must be >= 1"),
+        (["scripts/bench_state.py", "--nope"], "unrecognized arguments: --nope"),
+        (["scripts/bench_reference.py", "--batch=0"], "--batch must be >= 1"),
+    ],
+)
+def test_the_tools_end_a_bad_command_line_with_one_error_line(argv, message):
+    """The dataset tools (absl) and the benchmark scripts (argparse) report like the drivers: `error: ...`, status 2."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    result = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
 
 
 # ---------------------------------------------------------------- --method (presets.py) on the command line

@@ -23,9 +23,8 @@ from utils.device_sampler import (
     estimate_nbytes,
     fits_on_device,
     offline_updates,
-    scan_updates,
-    step_key,
 )
+from utils.flax_utils import scan_updates
 
 
 # --------------------------------------------------------------------------------------------
@@ -276,7 +275,7 @@ def test_offline_updates_equal_host_updates_on_the_same_starts(setup):
     key, first, k = jax.random.PRNGKey(5), 7, 5  # k = 5: compiled already by the grouping test
     host = agent
     for t in range(first, first + k):
-        starts = np.asarray(sampler.start_rows(step_key(key, t), B_AGENT))
+        starts = np.asarray(sampler.start_rows(jax.random.fold_in(key, t), B_AGENT))
         host, host_info = host.update(dataset.sample_sequence(B_AGENT, H_AGENT, agent.config["discount"], idxs=starts))
     device, info = offline_updates(agent, sampler, key, first, num_steps=k)
     # Two different programs (jitted step vs scan); exactly equal on CPU as observed, tolerance kept.
@@ -383,7 +382,7 @@ def test_scan_updates_equals_batch_update_and_host_loop(setup):
     fields = {k: dataset[k] for k in dataset}
     with PrefetchingSampler(Dataset.create(**fields, seed=2), B_AGENT, H_AGENT, 0.99, steps_per_item=3) as prefetcher:
         stacked = next(prefetcher)
-    scanned, info = scan_updates(agent, stacked)
+    scanned, info = scan_updates(lambda a, b: a.update(b), agent, stacked, reduce="last")
     batched, mean_info = agent.batch_update(stacked)
     assert_trees_close(scanned, batched)  # the same scan: exactly equal
     host, reference = agent, Dataset.create(**fields, seed=2)

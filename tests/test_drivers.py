@@ -8,10 +8,10 @@ import jax
 import numpy as np
 import pytest
 
-from evaluation import ActionQueue, OnlineCollector, evaluate
+from evaluation import ActionQueue, evaluate
 from log_utils import CsvLogger
-from runner.batches import mixed_batch_sizes, sample_mixed_batch, stack_for_utd
-from runner.seed_group import should_evaluate, should_save
+from runner.collector import OnlineCollector
+from runner.seed_group import mixed_batch_sizes, sample_mixed_batch, should_evaluate, should_save, stack_for_utd
 from utils.datasets import Dataset, ReplayBuffer
 
 

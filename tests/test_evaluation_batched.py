@@ -154,29 +154,14 @@ def acfql_agents():
     }
 
 
-@pytest.mark.parametrize(
-    "actor_type, batching, step, scale", [("best-of-n", "vmap", 7, 1.0), ("distill-ddpg", "map", 9, 5.0)]
-)
-def test_batched_equals_sequential_with_acfql(actor_type, batching, step, scale, acfql_agents, target_vector_env):
-    """Best-of-N batches its rows ('vmap'); the one-step actor's rows are looped over ('map')."""
+@pytest.mark.parametrize("actor_type, step, scale", [("best-of-n", 7, 1.0), ("distill-ddpg", 9, 5.0)])
+def test_batched_equals_sequential_with_acfql(actor_type, step, scale, acfql_agents, target_vector_env):
+    """Both actors, the one-step actor's wide layers included, give each row a single call's chunk bit for bit."""
     agent, episodes = acfql_agents[actor_type], 6
     vector_env = target_vector_env(4, scale=scale)
-    assert vector_eval.static_batching(agent, np.zeros(3, np.float32), 4) == batching
     sequential = evaluate(agent, make_target_env(scale=scale), episodes, seed=1, step=step, progress=False)
     batched = evaluate_batched(agent, vector_env, episodes, seed=1, step=step, progress=False)
     assert_same_results(sequential, batched, check_lengths_vary=True)
-
-
-def test_auto_checks_the_first_call_and_falls_back_to_map(acfql_agents, target_vector_env, monkeypatch, caplog):
-    """Were the static rule wrong, the first call's rows differ from single calls: 'auto' switches to 'map'."""
-    monkeypatch.setattr(vector_eval, "BATCHING_CACHE", {})
-    monkeypatch.setattr(vector_eval, "static_batching", lambda *args: "vmap")
-    agent, vector_env = acfql_agents["distill-ddpg"], target_vector_env(4, scale=5.0)
-    sequential = evaluate(agent, make_target_env(scale=5.0), 6, seed=1, step=9, progress=False)
-    batched = evaluate_batched(agent, vector_env, 6, seed=1, step=9, progress=False)
-    assert_same_results(sequential, batched)
-    assert list(vector_eval.BATCHING_CACHE.values()) == ["map"]
-    assert "differ from single calls" in caplog.text
 
 
 def test_evaluate_with_vector_env_keeps_video_episodes_sequential(target_vector_env):
@@ -420,8 +405,6 @@ def test_evaluate_batched_errors(target_vector_env):
     with pytest.raises(ValueError, match="make_eval_vector_env"):
         evaluate_batched(agent, plain, 2, progress=False)
     plain.close()
-    with pytest.raises(ValueError, match="policy_batching"):
-        evaluate_batched(agent, vector_env, 2, policy_batching="pmap", progress=False)
     with pytest.raises(ValueError, match="num_eval_episodes"):
         evaluate_batched(agent, vector_env, -1, progress=False)
     with pytest.raises(TypeError, match="pytree"):

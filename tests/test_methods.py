@@ -342,3 +342,24 @@ def test_contradiction_names_both_and_the_method_it_is(method, explicit, named, 
 def test_contradiction_is_found_before_the_domain_is_needed():
     with pytest.raises(ValueError, match="contradicts --method=qc"):
         methods.resolve("main", "qc", "puzzle-4x4-play-singletask-task1-v0", {"horizon_length": 1})
+
+
+DQC_METHODS = ("dqc", "dqc-h25-ha1", "dqc-h5-ha1", "qc-h25", "qc-h5", "qc-ns", "ns-n25", "ns-n5", "os")
+
+
+@pytest.mark.parametrize("method", DQC_METHODS)
+def test_dqc_methods_evaluate_every_250k_steps_unless_told(method, monkeypatch):
+    """The DQC release evaluates every 250k steps: runs line up with its points at 0.25/0.5/0.75/1M."""
+    from tests.test_cli import parse
+
+    env = "cube-triple-play-oraclerep-v0"
+    values, sources = methods.resolve("main", method, env, {})
+    assert values["eval_interval"] == 250_000 and sources["eval_interval"] == "preset"
+    values, sources = methods.resolve("main", method, env, {"eval_interval": 1000})
+    assert "eval_interval" not in values and sources["eval_interval"] == "command line"
+    cfg = parse(monkeypatch, "main", f"--method={method}", f"--env_name={env}")  # recorded in flags.json's method
+    assert cfg.eval_interval == 250_000 and cfg.setting_sources["eval_interval"] == "preset"
+    cfg = parse(monkeypatch, "main", f"--method={method}", f"--env_name={env}", "--eval_interval=5000")
+    assert cfg.eval_interval == 5000 and cfg.setting_sources["eval_interval"] == "command line"
+    cfg = parse(monkeypatch, "main", "--method=qc", "--env_name=cube-double-play-singletask-task2-v0")
+    assert cfg.eval_interval == 100_000 and "eval_interval" not in cfg.setting_sources  # QC's paper: the default

@@ -846,3 +846,55 @@ def test_dqc_runs_beside_the_dqc_papers_results(tmp_path):
     dqc = paper[("task", "cube-triple-play-oraclerep-v0", "DQC h=25 h_a=5")]
     assert list(dqc.x) == [0.25, 0.5, 0.75, 1.0] and 0 <= dqc.low[-1] <= dqc.mean[-1] <= dqc.high[-1] <= 1
     assert f"{dqc.mean[-1]:.2f}" in table or f"{dqc.mean[-1]:.3f}" in table, table
+
+
+# ---------------------------------------------------------------- labels
+
+
+def _acfql(**overrides):
+    spec = agents.get("acfql")
+    return spec.check_config({**spec.get_config().to_dict(), "horizon_length": 5, **overrides})
+
+
+@pytest.mark.parametrize(
+    "overrides, paper, label",
+    [
+        ({}, {"agent.actor_num_samples": 32}, "QC"),
+        (dict(horizon_length=3, actor_num_samples=16), {"agent.actor_num_samples": 32}, "QC h=3 N=16"),
+        (dict(actor_type="distill-ddpg", alpha=300.0), {"agent.alpha": 300.0}, "QC-FQL"),
+        (dict(actor_type="distill-ddpg", alpha=100.0), {"agent.alpha": 300.0}, "QC-FQL alpha=100"),
+        (dict(horizon_length=1, actor_num_samples=4), {"agent.actor_num_samples": None}, "BFN N=4"),  # none given
+        (dict(action_chunking=False, actor_type="distill-ddpg", alpha=100.0), {"agent.alpha": 100.0}, "FQL-n"),
+        # A key outside the method's settings that differs from get_config(): shown, never pooled silently.
+        (
+            dict(lr=1e-3, actor_hidden_dims=(256, 256)),
+            {"agent.actor_num_samples": 32},
+            "QC actor_hidden_dims=256x2 lr=0.001",
+        ),
+    ],
+)
+def test_paper_methods_are_labelled_by_name_and_differences(overrides, paper, label):
+    method, got = pc.plot_runs.describe(_acfql(**overrides), paper)
+    assert got == label and label.startswith(method)
+
+
+def test_unknown_keys_and_agents_are_never_labelled_as_a_paper_method():
+    variant = dict(_acfql(), critic_target="max")  # an ACFQL variant with a new config key
+    method, label = pc.plot_runs.describe(variant, {"agent.actor_num_samples": 32})
+    assert method == "acfql" and "critic_target=max" in label and "QC" not in label
+    toy = {"agent_name": "toy", "lr": 0.001, "toy_weight": 0.5, "horizon_length": 5}
+    defaults = {"agent_name": "toy", "lr": 0.001, "toy_weight": 1.0, "horizon_length": None}
+    assert pc.plot_runs.describe(toy, None, defaults) == ("toy", "toy horizon_length=5 toy_weight=0.5")
+    assert pc.plot_runs.describe(toy) == ("toy", "toy horizon_length=5 lr=0.001 toy_weight=0.5")  # no defaults known
+
+
+def test_a_combination_of_no_method_gets_the_agent_label():
+    spec = agents.get("acrlpd")
+    config = spec.check_config(dict(spec.get_config().to_dict(), horizon_length=5, action_chunking=False))
+    method, label = pc.plot_runs.describe(config)
+    assert method == "acrlpd" and "action_chunking=False" in label
+
+
+def test_format_of_values_in_labels():
+    assert pc.plot_runs._format((512, 512, 512)) == "512x3" and pc.plot_runs._format((256, 512)) == "(256,512)"
+    assert pc.plot_runs._format(3e-4) == "0.0003" and pc.plot_runs._format(np.float64(2.0).item()) == "2"

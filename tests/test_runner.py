@@ -8,7 +8,8 @@ import types
 import numpy as np
 import pytest
 
-from runner import batches, cli, resume, setup
+from runner import cli, resume, seed_group, setup
+from runner.collector import make_replay_buffer
 from runner.seed_group import SeedGroup
 from tests.test_cli import parse
 from utils import seeding
@@ -91,6 +92,35 @@ def test_an_online_phase_that_never_updates_is_a_warning(monkeypatch, caplog):
     assert "first online update" not in caplog.text
 
 
+def _interval_warnings(caplog):
+    return [r.getMessage() for r in caplog.records if "never reaches" in r.getMessage()]
+
+
+def test_intervals_a_phase_never_reaches_are_one_warning_line(monkeypatch, caplog):
+    """The toy run of issue 27: 400 offline steps with the default intervals write no loss CSV."""
+    base = ["--env_name=cube-single-play-singletask-task1-v0"]
+    with caplog.at_level(logging.WARNING):
+        parse(monkeypatch, "main", *base, "--offline_steps=400", "--online_steps=0")
+    assert _interval_warnings(caplog) == [
+        "Intervals this run never reaches: --log_interval=5000 in the offline phase (400 steps): no loss rows; "
+        "--eval_interval=100000 in the offline phase (400 steps): evaluated only at its end; "
+        "--state_interval=50000 in the offline phase (400 steps): no run state before its end."
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):  # online logs start at the first update: 2000 < 2500, 4000 > 3000
+        parse(monkeypatch, "main_online", *base, "--online_steps=3000", "--start_training=2500",
+              "--log_interval=2000", "--eval_interval=1000", "--save_interval=5000", "--state_interval=0")  # fmt: skip
+    assert _interval_warnings(caplog) == [
+        "Intervals this run never reaches: --log_interval=2000 in the online phase (3000 steps): no loss rows; "
+        "--save_interval=5000 in the online phase (3000 steps): a checkpoint only at its end."
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):  # every interval reached in both phases: no line
+        parse(monkeypatch, "main", *base, "--offline_steps=1000", "--online_steps=1000", "--start_training=1",
+              "--log_interval=100", "--eval_interval=500", "--save_interval=1000", "--state_interval=1000")  # fmt: skip
+    assert _interval_warnings(caplog) == []
+
+
 def test_chunk_cuts_not_shorter_than_the_chunk_are_a_warning(monkeypatch, caplog):
     base = ["--env_name=cube-single-play-singletask-task1-v0", "--horizon_length=5"]
     with caplog.at_level(logging.WARNING):
@@ -127,9 +157,11 @@ def _run(monkeypatch, tmp_path, *args):
         agent=None,
         env_data=types.SimpleNamespace(eval_env=None),
         train_dataset=data,
+        windows=None,
         run_dir=str(tmp_path),
         logger=None,
         action_dim=2,
+        chunk_length=5,
         example=example,
     )
 
@@ -140,7 +172,7 @@ def test_checkpoint_is_written_before_a_failing_evaluation(monkeypatch, tmp_path
     def failing_evaluation(*args, **kwargs):
         raise RuntimeError("renderer crashed")
 
-    monkeypatch.setattr(setup, "evaluate_and_log", failing_evaluation)
+    monkeypatch.setattr(seed_group, "evaluate_and_log", failing_evaluation)
     run.agent = {"w": np.arange(3.0)}  # any flax-serializable pytree
     with pytest.raises(RuntimeError, match="renderer crashed"):
         SeedGroup([run]).save_and_evaluate(run.agent, 10, "offline")  # what the drivers call
@@ -152,26 +184,25 @@ def test_checkpoint_is_written_before_a_failing_evaluation(monkeypatch, tmp_path
 
 def test_online_steps_are_logged_after_the_offline_ones(monkeypatch, tmp_path):
     run = _run(monkeypatch, tmp_path, "--offline_steps=7", "--online_steps=5")
-    assert run.global_step(3, "offline") == 3 and run.global_step(3, "online") == 10
-    assert run.phase_steps("offline") == 7 and run.phase_steps("online") == 5
+    assert seed_group.global_step(run.cfg, 3, "offline") == 3 and seed_group.global_step(run.cfg, 3, "online") == 10
 
 
 @pytest.mark.parametrize("stop", [False, True])
 def test_replay_buffers_use_their_own_stream_and_the_reward_flag(monkeypatch, tmp_path, stop):
     run = _run(monkeypatch, tmp_path, "--seed=3", "--buffer_size=4", f"--stop_reward_at_mask_zero={stop}")
-    buffer = setup.make_replay_buffer(run, with_offline_data=True)
+    buffer = make_replay_buffer(run, with_offline_data=True)
     assert buffer.size == 10 and buffer.max_size == 11 and buffer.stop_reward_at_mask_zero is stop
     expected = seeding.numpy_rng(3, "replay_buffer").integers(0, 1000, 5)
     np.testing.assert_array_equal(buffer.rng.integers(0, 1000, 5), expected)
     # The offline sampler's stream is a different one.
     assert not np.array_equal(seeding.numpy_rng(3, "dataset").integers(0, 1000, 5), expected)
-    empty = setup.make_replay_buffer(run, with_offline_data=False)
+    empty = make_replay_buffer(run, with_offline_data=False)
     assert empty.size == 0 and empty.max_size == 4 and empty.stop_reward_at_mask_zero is stop
 
 
 def test_sample_windows_reads_h_and_discount_from_the_agent_config():
     data = _dataset([0] * 9 + [1])
-    batch = batches.sample_windows(data, {"horizon_length": 3, "discount": 0.5}, 4)
+    batch = seed_group.sample_windows(data, {"horizon_length": 3, "discount": 0.5}, 4)
     assert batch["actions"].shape == (4, 3, 2)
     np.testing.assert_allclose(batch["rewards"][:, -1], -(1 + 0.5 + 0.25))
 

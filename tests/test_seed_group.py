@@ -12,14 +12,17 @@ import os
 import time
 import types
 
+import flax
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from agents.acfql import ACFQLAgent, get_config
-from evaluation import OnlineCollector
+from evaluation import evaluate
 from log_utils import TIME_SECTIONS, TimeSplit
 from runner import cli, dispatch, resume, seed_group, setup
+from runner.collector import OnlineCollector
 from tests.driver_runs import assert_same_run, csv_rows, run_driver, tiny_dataset
 from tests.test_cli import parse
 from utils.datasets import ReplayBuffer
@@ -84,6 +87,48 @@ def test_group_update_equals_separate_updates(mode):
         np.asarray(group.agent_for(stacked, 1).sample_actions(obs, key)),
         rtol=1e-6,
     )
+
+
+class _Explorer(flax.struct.PyTreeNode):
+    """A toy agent that acts deterministically when evaluated and explores with noise online."""
+
+    w: jax.Array
+
+    @jax.jit
+    def sample_actions(self, observations, rng):
+        return jnp.tanh(self.w * observations)  # (2,): one action of 2 numbers per call
+
+    @jax.jit
+    def collect_actions(self, observations, rng):
+        return jnp.clip(self.sample_actions(observations, rng) + jax.random.normal(rng, (2,)), -1, 1)
+
+
+@pytest.mark.parametrize("mode", ["one seed", "vmap", "map"])
+def test_online_collection_prefers_collect_actions_and_evaluation_keeps_sample_actions(mode):
+    """The explore hook: collection acts with `collect_actions` (each seed its own), evaluation with sample_actions."""
+    from tests.test_drivers import CountingEnv
+
+    explorers = [_Explorer(w=jnp.float32(0.1 * (s + 1))) for s in range(1 if mode == "one seed" else 2)]
+    cfg = types.SimpleNamespace(seed_batching="map" if mode == "one seed" else mode)
+    group = seed_group.SeedGroup([types.SimpleNamespace(agent=a, cfg=cfg) for a in explorers])
+    example = {k: np.zeros(2, np.float32) for k in ("observations", "actions", "next_observations")}
+    example.update(rewards=np.float32(0), terminals=np.float32(0), masks=np.float32(1))
+    for s, explorer in enumerate(explorers):
+        buffer, env = ReplayBuffer.create(example, size=10), CountingEnv(T=4, action_dim=2)
+        collector = OnlineCollector(env, 2, lambda r: r, jax.random.PRNGKey(s), reset_seed=0)
+        for _ in range(3):
+            collector.step(group.policy_for(group.agent, s), buffer)
+        rng, want, noiseless = jax.random.PRNGKey(s), [], []
+        for observation in buffer["observations"][:3]:
+            rng, key = jax.random.split(rng)
+            want.append(explorer.collect_actions(observation, key))
+            noiseless.append(explorer.sample_actions(observation, key))
+        np.testing.assert_allclose(buffer["actions"][:3], np.stack(want), rtol=1e-6)
+        assert np.abs(buffer["actions"][:3] - np.stack(noiseless)).max() > 0.1  # it explored
+        env = CountingEnv(T=4, action_dim=2)
+        evaluate(explorer, env, num_eval_episodes=1, action_dim=2, progress=False)
+        steps = np.array([[t, 0] for t in range(4)], np.float32)  # CountingEnv's observations
+        np.testing.assert_allclose(np.stack(env.actions), np.tanh(explorer.w * steps), rtol=1e-6)
 
 
 def test_stack_then_slice_gives_back_each_agent():

@@ -35,7 +35,7 @@ def test_an_evaluation_with_a_video_writes_an_mp4_under_egl(tmp_path):
         import numpy as np
         from envs.env_utils import make_eval_env
         from log_utils import Logger
-        from runner.setup import evaluate_and_log
+        from runner.seed_group import evaluate_and_log
         from types import SimpleNamespace
 
         class Random:
@@ -49,7 +49,7 @@ def test_an_evaluation_with_a_video_writes_an_mp4_under_egl(tmp_path):
         cfg = SimpleNamespace(eval_episodes=1, video_episodes=2, video_frame_skip=3, seed=0, progress=False,
                               action_chunk_eval_sizes="0", best_of_n_eval_values="0")
         logger = Logger({str(tmp_path)!r}, None)
-        evaluate_and_log(Random(), env, cfg, logger, step=7, action_dim=5)
+        evaluate_and_log(Random(), env, cfg, logger, step=7, action_dim=5, chunk=1)
         """
     )
     env = dict(os.environ, MUJOCO_GL="egl", JAX_PLATFORMS="cpu")

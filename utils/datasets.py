@@ -1,30 +1,7 @@
-"""Offline datasets and the online replay buffer, with the chunked batch contract of Q-chunking.
-
-Two classes, both read-only mappings from field name to a numpy array whose leading axis is the
-row (one transition per row, trajectories stored one after another):
-
-- `Dataset`: a fixed set of rows. Sampling draws rows uniformly; `sample_sequence` draws windows
-  of `H` consecutive rows and returns the chunked batch described in docs/batch_contract.md (the
-  critic target `R_t^h + gamma^h * m * Qbar(s_{t+h}, A*_{t+h})` needs the partial
-  discounted sums `R_t^k`, the running mask and the trajectory-end flags of every step).
-- `ReplayBuffer`: a `Dataset` over fixed-size circular storage that `add_transition` writes into.
-  It samples in *time order*, so no window ever runs across the write position.
-
-Randomness is explicit: every dataset owns a seeded `np.random.Generator` (`dataset.rng`) and
-every sampling method accepts an `rng=` that overrides it. Global `np.random` is never used.
-
-Required fields: `observations, actions, rewards, terminals, masks, next_observations`.
-`rewards`, `masks` and `terminals` are 1-D (one number per row); other fields (e.g. `qpos`) are
-carried along and returned by `sample`.
-
-Differences from the reference implementation (ColinQiyangLi/qc, `utils/datasets.py`):
-- `full_observations`, `next_observations` and `actions` keep the stored dtype (the reference
-  built them in float64, which for images multiplies memory by 8); rewards, masks, terminals and
-  valid are float32.
-- `stop_reward_at_mask_zero=True` offers corrected partial reward sums (off by default).
-- `ReplayBuffer` samples in time order (see the class docstring); the reference drew storage
-  indices, so after a wrap a window could join the newest and the oldest rows.
-- Bad input raises `ValueError` at creation / insertion rather than producing silent garbage.
+"""Offline datasets and the online replay buffer: read-only mappings `field -> (N, ...)` array, one
+transition per row, trajectories one after another, each owning a seeded `np.random.Generator` (`rng`;
+global `np.random` is never used). `Dataset.sample_sequence` returns the chunked batch of
+docs/batch_contract.md. Differences from the reference's `utils/datasets.py`: docs/differences.md 5, 6, 15.
 """
 
 from collections.abc import Mapping
@@ -76,17 +53,11 @@ def _check_fields(fields, *, check_finite=True):
 
 
 class Dataset(Mapping):
-    """Read-only mapping `name -> array (N, ...)` with uniform and chunked sampling.
+    """Read-only mapping `name -> array (N, ...)` with uniform and chunked sampling (`Dataset.create`).
 
-    Build with `Dataset.create(**fields)`. Supports `ds['actions']`, `ds.keys()`, `ds.items()`,
-    `dict(ds)`, `ds.size` (number of rows N) and `ds.copy(add_or_replace=...)`.
-    `len(ds)` is the number of fields (as for any mapping), not the number of rows. Datasets
-    compare and hash by identity (comparing arrays field by field would be ambiguous).
-
-    Attributes:
-        rng: the `np.random.Generator` used when a sampling call gets no `rng=`.
-        stop_reward_at_mask_zero: selects the partial reward sums of `sample_sequence`
-            (False: reference behaviour; True: corrected sums). See `sample_sequence`.
+    `ds.size` is the number of rows N (`len(ds)` the number of fields, as for any mapping); datasets compare
+    and hash by identity. `rng` draws when a sampling call gets no `rng=`; `stop_reward_at_mask_zero`
+    selects the partial reward sums of `sample_sequence`.
     """
 
     def __init__(self, fields, *, rng, stop_reward_at_mask_zero=False):
@@ -97,27 +68,11 @@ class Dataset(Mapping):
 
     @classmethod
     def create(cls, *, seed=0, rng=None, stop_reward_at_mask_zero=False, **fields):
-        """Build a dataset from per-row arrays.
-
-        Args:
-            seed: seeds the dataset's own generator `np.random.default_rng(seed)`; ignored when
-                `rng` is given.
-            rng: an `np.random.Generator` to own instead (shared, not copied).
-            stop_reward_at_mask_zero: False (default) reproduces the reference partial reward
-                sums; True stops each sum after the first step whose mask is 0. See
-                `sample_sequence`.
-            **fields: arrays of equal leading length N. Required: observations (N, *ob),
-                actions (N, A), rewards (N,), terminals (N,), masks (N,),
-                next_observations (N, *ob). Any other field (e.g. qpos) is kept.
-
-        The dataset holds read-only views of the arrays (no copy); the caller's arrays and
-        their flags are left alone.
-
-        Raises:
-            ValueError: a required field is missing; fields have different lengths; rewards,
-                masks or terminals are not 1-D; observation and next-observation rows differ in
-                shape; observations, next_observations, actions or rewards hold NaN/inf (the
-                message names the field and the first bad row).
+        """A dataset of read-only views (no copy) of `fields`, arrays of N rows: observations (N, *ob),
+        actions (N, A), rewards, terminals, masks (N,), next_observations (N, *ob), and any other field
+        (kept). It owns `rng`, else `np.random.default_rng(seed)`. `ValueError` naming the field (and the
+        first bad row) for a missing field, other lengths, 2-D scalars, observation shapes that differ, or
+        NaN/inf in observations, next observations, actions or rewards.
         """
         arrays = {}
         for key, value in fields.items():
@@ -154,17 +109,14 @@ class Dataset(Mapping):
         return len(self._fields["observations"])
 
     def copy(self, add_or_replace=None):
-        """A new Dataset with some fields added or replaced (validated like `create`).
-
-        The copy shares this dataset's generator and `stop_reward_at_mask_zero`.
-        """
+        """A new Dataset with fields added or replaced (checked like `create`), sharing the generator."""
         fields = dict(self._fields)
         fields.update(add_or_replace or {})
         return type(self).create(rng=self.rng, stop_reward_at_mask_zero=self.stop_reward_at_mask_zero, **fields)
 
     # ---- sampling ----
     def _physical(self, logical):
-        """Map logical row indices (0 = oldest) to storage indices. Identity for a Dataset."""
+        """Logical rows (0 = oldest) -> storage rows: the identity for a Dataset."""
         return logical
 
     def _start_indices(self, batch_size, sequence_length, rng, idxs):
@@ -187,20 +139,8 @@ class Dataset(Mapping):
         return idxs
 
     def sample(self, batch_size, rng=None, idxs=None):
-        """Sample `batch_size` single transitions, uniformly over the rows.
-
-        Args:
-            batch_size: B.
-            rng: generator to draw from instead of `self.rng`.
-            idxs: optional (B,) row indices to return instead of drawing (no randomness used);
-                for a ReplayBuffer these are in time order (0 = oldest row held).
-
-        Returns:
-            dict with every field, each of shape (B, *field_shape) and stored dtype.
-
-        Raises:
-            ValueError: the dataset is empty, or `idxs` is malformed / out of range.
-        """
+        """`batch_size` single transitions, uniform over the rows (or the rows `idxs`, in time order): every
+        field, `(B, ...)` at its stored dtype. `ValueError` for an empty dataset or bad `idxs`."""
         starts = self._start_indices(batch_size, 1, rng, idxs)
         rows = self._physical(starts)
         return {key: arr[rows] for key, arr in self._fields.items()}
@@ -227,12 +167,10 @@ class Dataset(Mapping):
     # The critic uses column H-1 (rewards[:, -1], masks[:, -1]) weighted by valid[:, -1]; the BC
     # loss weights step k by valid[:, k]. Step 2 above belongs to another trajectory: valid = 0.
     def sample_sequence(self, batch_size, sequence_length, discount, rng=None, idxs=None):
-        """Sample `batch_size` windows of `sequence_length` consecutive rows (the chunked batch).
+        """`batch_size` windows of `H = sequence_length` consecutive rows: the chunked batch (table above).
 
-        Start rows are drawn uniformly from [0, size - H] as in the reference, so a window may
-        cross a trajectory end; `valid` marks the steps after the terminal. The contract
-        (docs/batch_contract.md; chunked critic target `R_t^h + gamma^h m Qbar(s_{t+h}, A*)`) for a
-        window starting at row i, step k = 0..H-1, with r, m, d the per-row reward, mask, terminal:
+        Starts are uniform over `[0, size - H]` (or the rows `idxs`, in time order), so a window may cross a
+        trajectory end. For the window at row i, step k = 0..H-1, row reward r, mask m, terminal d:
 
             rewards[:, k]   = sum_{j<=k} discount^j r_{i+j}        (default, as the reference)
                             = sum_{j<=k} discount^j r_{i+j} * [m_{i+l} != 0 for all l < j]
@@ -241,29 +179,10 @@ class Dataset(Mapping):
             terminals[:, k] = max_{j<=k} d_{i+j}
             valid[:, 0] = 1,  valid[:, k] = 1 - terminals[:, k-1]
 
-        The default keeps adding rewards after a step with mask 0 that is not a terminal (an
-        OGBench success inside play data), like the reference; the flag gives the sum that the
-        masked bootstrap actually implies. In both modes the sums go on past a terminal, but
-        those steps have valid = 0.
-
-        Args:
-            batch_size: B.
-            sequence_length: H >= 1 and <= size.
-            discount: gamma, the same number as the gamma^H bootstrap of the critic.
-            rng: generator to draw from instead of `self.rng`.
-            idxs: optional (B,) start rows to use instead of drawing (no randomness used); for a
-                ReplayBuffer these are in time order (0 = oldest row held), in [0, size - H].
-
-        Returns:
-            dict of numpy arrays (ob = shape of one observation, A = action dim):
-              observations (B, *ob), full_observations (B, H, *ob), actions (B, H, A),
-              next_observations (B, H, *ob), next_actions (B, H, A) (actions of row i+k+1, the
-              row index clipped to the last row held), rewards, masks, terminals, valid (B, H)
-              float32. Observations and actions keep their stored dtype; any observation
-              shape works, with the window axis right after the batch axis.
-
-        Raises:
-            ValueError: sequence_length < 1 or longer than the data; malformed `idxs`.
+        `discount` is the gamma of the critic's gamma^H bootstrap. Returns numpy `observations (B, *ob)`,
+        `full_observations`, `next_observations (B, H, *ob)`, `actions`, `next_actions (B, H, A)` (row i+k+1,
+        clipped to the last row) at their stored dtypes and `rewards`, `masks`, `terminals`, `valid (B, H)`
+        float32. `ValueError` for `H < 1`, `H > size` or bad `idxs`.
         """
         H = sequence_length
         starts = self._start_indices(batch_size, H, rng, idxs)  # (B,)
@@ -306,19 +225,10 @@ class Dataset(Mapping):
 
 
 class ReplayBuffer(Dataset):
-    """A Dataset over circular storage of `max_size` rows, written by `add_transition`.
-
-    Attributes: `max_size` (storage rows), `size` (rows written and held, <= max_size),
-    `pointer` (storage row the next transition goes to). `buffer[key]` is the whole storage
-    array, rows beyond `size` included (zeros until written).
-
-    Wrap-around rule: sampling works in *time order*. Logical row 0 is the oldest row held,
-    logical row size-1 the newest; logical l lives in storage row (pointer - size + l) % max_size
-    (before the first wrap this is l; after it, (pointer + l) % max_size). Windows start at a
-    logical row in [0, size - H] and cover logical rows l..l+H-1, so they never join the newest
-    row (storage pointer-1) to the oldest (storage pointer), and they wrap around the end of the
-    storage only where that is contiguous in time. Every row held is sampleable, the newest
-    included (as the last step of a window, or as the start when H = 1).
+    """A Dataset over circular storage of `max_size` rows, written by `add_transition` at `pointer`; `size`
+    rows are held (`buffer[key]` is the whole storage, zeros until written). Sampling works in time order:
+    logical row l (0 = oldest) is storage row `(pointer - size + l) % max_size`, so no window joins the newest
+    row to the oldest (docs/batch_contract.md, section 8).
     """
 
     def __init__(self, fields, *, rng, stop_reward_at_mask_zero=False, size=0, pointer=0):
@@ -329,22 +239,12 @@ class ReplayBuffer(Dataset):
 
     @property
     def size(self):
-        """Number of rows held (sampleable)."""
         return self._size
 
     @classmethod
     def create(cls, example_transition, size, *, seed=0, rng=None, stop_reward_at_mask_zero=False):
-        """An empty buffer of `size` rows shaped and typed like `example_transition`.
-
-        Args:
-            example_transition: dict of one transition (scalars or arrays, no row axis) with at
-                least the required fields of `Dataset.create`. Its values are not stored.
-            size: storage rows (max_size), >= 1.
-            seed, rng, stop_reward_at_mask_zero: as in `Dataset.create`.
-
-        Raises:
-            ValueError: size < 1, or a required field is missing.
-        """
+        """An empty buffer of `size >= 1` rows shaped and typed like `example_transition` (one transition, no
+        row axis, the required fields of `Dataset.create`); `seed`, `rng`, `stop_reward_at_mask_zero` as there."""
         if size < 1:
             raise ValueError(f"size must be >= 1, got {size}")
         storage = {}
@@ -360,21 +260,9 @@ class ReplayBuffer(Dataset):
 
     @classmethod
     def create_from_initial_dataset(cls, dataset_dict, size, *, seed=0, rng=None, stop_reward_at_mask_zero=False):
-        """A buffer holding a copy of `dataset_dict` (N rows) as its oldest rows.
-
-        Storage has max_size = max(size, N + 1) rows, as in the reference driver: a dataset
-        larger than `size` is kept whole (the buffer grows rather than dropping data), and there
-        is always room for the first online row before the oldest offline row is overwritten.
-        After creation size = pointer = N. The caller's arrays are copied, never mutated.
-
-        Args:
-            dataset_dict: a Dataset or dict of per-row arrays (see `Dataset.create`).
-            size: requested storage rows.
-            seed, rng, stop_reward_at_mask_zero: as in `Dataset.create`.
-
-        Raises:
-            ValueError: as `Dataset.create`.
-        """
+        """A buffer holding a copy of `dataset_dict`'s N rows as its oldest rows, `max_size = max(size, N + 1)`
+        (as the reference driver: the data are kept whole, and the first online row fits before any offline
+        row is overwritten); `size = pointer = N`. `ValueError` as `Dataset.create`."""
         arrays = {key: np.asarray(value) for key, value in dict(dataset_dict).items()}
         n = _check_fields(arrays)
         max_size = max(int(size), n + 1)
@@ -391,10 +279,7 @@ class ReplayBuffer(Dataset):
         )
 
     def copy(self, add_or_replace=None):
-        """A new ReplayBuffer with copied storage (so adding to one leaves the other alone).
-
-        Replacement arrays must have max_size rows. Shares the generator.
-        """
+        """A new ReplayBuffer with copied storage (replacement arrays of `max_size` rows), sharing the generator."""
         fields = {key: np.array(arr) for key, arr in self._fields.items()}
         fields.update({key: np.array(arr) for key, arr in (add_or_replace or {}).items()})
         _check_fields(fields)
@@ -409,21 +294,12 @@ class ReplayBuffer(Dataset):
         )
 
     def _physical(self, logical):
-        """Logical row (0 = oldest held) -> storage row; see the class docstring."""
         return (self.pointer - self._size + logical) % self.max_size
 
     def add_transition(self, transition):
-        """Write one transition at `pointer`, then advance it (circularly).
-
-        Args:
-            transition: dict with exactly the buffer's fields, each a scalar/array shaped like one
-                row of storage.
-
-        Raises:
-            ValueError: a field is missing or unknown, a value has the wrong shape, or
-                observations / next_observations / actions / rewards hold NaN or inf (only the
-                added row is checked). Nothing is written when it raises.
-        """
+        """Write one transition (exactly the buffer's fields, each shaped like one row) at `pointer` and advance
+        it circularly. `ValueError`, writing nothing, for a missing or unknown field, a wrong shape, or NaN/inf
+        in observations, next observations, actions or rewards."""
         transition = {key: np.asarray(value) for key, value in dict(transition).items()}
         missing = sorted(set(self._fields) - set(transition))
         unknown = sorted(set(transition) - set(self._fields))

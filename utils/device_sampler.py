@@ -1,30 +1,9 @@
-"""Offline windows sampled on the device, and `k` gradient steps per host call.
+"""Offline windows on the device and `k` gradient steps per host call (`--updates_per_dispatch`).
 
-The offline phase of `main.py` takes one gradient step per host call: it draws `B` windows on the
-host (`Dataset.sample_sequence`), copies them to the device and runs `agent.update`. This module
-lets one host call run `k` steps in one `lax.scan`:
-
-* `DeviceWindowSampler`: a device-resident copy of the dataset (observations, next observations,
-  actions) plus precomputed per-start tables of `rewards`, `masks`, `terminals`, `valid`.
-  `windows(starts)` returns exactly the batch of `Dataset.sample_sequence(idxs=starts)` (same keys,
-  shapes, dtypes and values, bit for bit; docs/batch_contract.md), and `sample(key, B)` draws the
-  starts uniformly from `[0, N - H]` with `jax.random.randint`. It is a pytree (arrays are leaves;
-  `horizon_length`, `discount`, `size` are static), so it can be an argument of jitted or vmapped
-  functions.
-* `offline_updates(agent, sampler, key, first_step, num_steps)`: `num_steps` gradient steps in one
-  `lax.scan`; offline step `t` draws its windows with the key `fold_in(key, t)`, so the batches do not
-  depend on how the steps are grouped into host calls (`k = 1` and `k = 10` give the same batches, and
-  an exact resume needs only the base key and the step number).
-* `PrefetchingSampler`: the fallback for datasets that do not fit on the device
-  (`fits_on_device`). A background thread draws batches on the host with the dataset's own numpy
-  generator (the same batches as today's loop, in the same order), stacks `k` of them to
-  `(k, B, ...)` and copies them to the device ahead of time; `generator_state()` is the state to
-  save for an exact resume. `scan_updates(agent, stacked_batches)` runs them.
-
-Random streams: the device sampler's base key is `utils.seeding.jax_key(seed, "device_sampler")`
-(stream 7). The host fallback draws from the dataset stream (`numpy_rng(seed, "dataset")`), so a
-run on the fallback reproduces today's batches exactly, and a run on the device sampler draws other
-(equally distributed) batches.
+`DeviceWindowSampler` draws `Dataset.sample_sequence`'s windows inside a jitted update, `offline_updates`
+runs `k` steps of them in one scan, `PrefetchingSampler` is the host fallback for data that do not fit, and
+`ChunkWindows` is the default window source of an agent (`AgentSpec.windows`). docs/batch_contract.md,
+section 10, tells how they relate to the host batches and to the random streams.
 """
 
 import copy
@@ -32,7 +11,7 @@ import functools
 import os
 import queue
 import threading
-from typing import Any, Dict, Iterable, Optional, Sequence
+from typing import Any, Dict, Iterable, Optional
 
 import flax
 import jax
@@ -40,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from utils.datasets import Dataset
+from utils.flax_utils import scan_updates
 
 # The keys of `Dataset.sample_sequence`, in its order.
 SEQUENCE_KEYS = (
@@ -53,23 +33,9 @@ SEQUENCE_KEYS = (
     "terminals",
     "valid",
 )
-# Per-row fields copied to the device.
-ROW_KEYS = ("observations", "next_observations", "actions")
-# Per-start `(N - H + 1, H)` float32 tables precomputed on the host.
-TABLE_KEYS = ("rewards", "masks", "terminals", "valid")
-# Start rows per `sample_sequence` call while the tables are built (bounds host memory).
-TABLE_CHUNK = 1 << 16
-
-
-def _check_horizon(dataset: Dataset, horizon_length) -> int:
-    """`horizon_length` as an int; `ValueError` unless `1 <= H <= dataset.size` (the dataset not empty)."""
-    if isinstance(horizon_length, bool) or not isinstance(horizon_length, (int, np.integer)) or horizon_length < 1:
-        raise ValueError(f"horizon_length must be an integer >= 1, got {horizon_length!r}")
-    if dataset.size == 0:
-        raise ValueError(f"cannot sample from an empty {type(dataset).__name__} (size 0)")
-    if horizon_length > dataset.size:
-        raise ValueError(f"horizon_length {horizon_length} is longer than the data ({dataset.size} rows)")
-    return int(horizon_length)
+ROW_KEYS = ("observations", "next_observations", "actions")  # per-row fields copied to the device
+TABLE_KEYS = ("rewards", "masks", "terminals", "valid")  # per-start (N - H + 1, H) float32 tables
+TABLE_CHUNK = 1 << 16  # start rows per sample_sequence call while the tables are built (bounds host memory)
 
 
 def _check_count(value, name: str) -> int:
@@ -79,12 +45,19 @@ def _check_count(value, name: str) -> int:
     return int(value)
 
 
-def _time_order(dataset: Dataset, keys: Sequence[str]) -> Dict[str, np.ndarray]:
-    """The fields `keys` with rows in time order (row `l` = logical row `l` of `sample_sequence`).
+def _check_horizon(dataset: Dataset, horizon_length) -> int:
+    """`horizon_length` as an int; `ValueError` unless `1 <= H <= dataset.size`."""
+    H = _check_count(horizon_length, "horizon_length")
+    if dataset.size == 0:
+        raise ValueError(f"cannot sample from an empty {type(dataset).__name__} (size 0)")
+    if H > dataset.size:
+        raise ValueError(f"horizon_length {H} is longer than the data ({dataset.size} rows)")
+    return H
 
-    A `Dataset`'s arrays are returned as they are (no copy); a `ReplayBuffer`'s rows held are
-    gathered from its circular storage (`_physical`, the mapping its sampler uses).
-    """
+
+def _time_order(dataset: Dataset, keys) -> Dict[str, np.ndarray]:
+    """The fields `keys` with rows in time order: a `Dataset`'s arrays as they are, a `ReplayBuffer`'s rows
+    held gathered from its circular storage."""
     if type(dataset)._physical is Dataset._physical:
         return {key: dataset[key] for key in keys}
     rows = dataset._physical(np.arange(dataset.size))  # (N,) storage rows, oldest first
@@ -92,79 +65,43 @@ def _time_order(dataset: Dataset, keys: Sequence[str]) -> Dict[str, np.ndarray]:
 
 
 def _unsupported_dtypes(dataset: Dataset) -> Dict[str, np.dtype]:
-    """Row fields whose dtype JAX would change on the device (e.g. float64 without `jax_enable_x64`)."""
+    """Row fields whose dtype JAX would change on the device (float64 without `jax_enable_x64`)."""
     return {
-        key: dataset[key].dtype
-        for key in ROW_KEYS
-        if jax.dtypes.canonicalize_dtype(dataset[key].dtype) != dataset[key].dtype
+        k: dataset[k].dtype for k in ROW_KEYS if jax.dtypes.canonicalize_dtype(dataset[k].dtype) != dataset[k].dtype
     }
 
 
 def window_tables(dataset: Dataset, horizon_length: int, discount: float, chunk: int = TABLE_CHUNK):
-    """The per-start tables of every valid window, computed by `Dataset.sample_sequence` itself.
-
-    Row `i` of each table is what `dataset.sample_sequence(..., idxs=[i])` returns for the window
-    starting at (logical) row `i`: the same code and arithmetic (float64 reward sums cast to float32,
-    `stop_reward_at_mask_zero` of the dataset), so a gather from these tables is bit-identical to the
-    host sampler. The windows are computed `chunk` starts at a time on a copy of the dataset that
-    holds only `rewards`, `masks` and `terminals` (zero-width observations and actions), so peak
-    host memory beyond the tables is about `chunk * H * 40` bytes.
-
-    Args:
-        dataset: a `Dataset` (or `ReplayBuffer`: its rows in time order) of `N` rows.
-        horizon_length: `H`, `1 <= H <= N`.
-        discount: gamma, as passed to `sample_sequence`.
-        chunk: start rows per `sample_sequence` call, >= 1.
-
-    Returns:
-        dict `rewards, masks, terminals, valid`, each `(N - H + 1, H)` float32 (numpy).
-
-    Raises:
-        ValueError: `H < 1`, `H > N`, an empty dataset, or `chunk < 1`.
-    """
-    H = _check_horizon(dataset, horizon_length)
-    chunk = _check_count(chunk, "chunk")
+    """`rewards, masks, terminals, valid`, each `(N - H + 1, H)` float32: row `i` is what
+    `dataset.sample_sequence(..., idxs=[i])` returns, computed by that very code `chunk` starts at a time on
+    a copy with zero-width observations and actions (so a gather from the tables is bit-identical to it)."""
+    H, chunk = _check_horizon(dataset, horizon_length), _check_count(chunk, "chunk")
+    empty = np.zeros((dataset.size, 0), np.float32)  # (N, 0): gathering windows of it costs nothing
     scalars = _time_order(dataset, ("rewards", "masks", "terminals"))
-    n = dataset.size
-    empty = np.zeros((n, 0), np.float32)  # (N, 0): gathering windows of it costs nothing
     proxy = Dataset.create(
-        observations=empty,
-        next_observations=empty,
-        actions=empty,
-        stop_reward_at_mask_zero=dataset.stop_reward_at_mask_zero,
-        **scalars,
-    )
-    num_starts = n - H + 1
+        observations=empty, next_observations=empty, actions=empty,
+        stop_reward_at_mask_zero=dataset.stop_reward_at_mask_zero, **scalars,
+    )  # fmt: skip
+    num_starts = dataset.size - H + 1
     tables = {key: np.empty((num_starts, H), np.float32) for key in TABLE_KEYS}
     for low in range(0, num_starts, chunk):
         idxs = np.arange(low, min(low + chunk, num_starts))  # (C,)
         batch = proxy.sample_sequence(len(idxs), H, discount, idxs=idxs)
         for key in TABLE_KEYS:
-            tables[key][low : low + len(idxs)] = batch[key]  # (C, H) float32
+            tables[key][low : low + len(idxs)] = batch[key]  # (C, H)
     return tables
 
 
 def estimate_nbytes(dataset: Dataset, horizon_length: int) -> int:
-    """Device bytes a `DeviceWindowSampler` of `dataset` would hold (without building it).
-
-    `observations`, `next_observations`, `actions` at their stored dtype (`N` rows each) plus four
-    `(N - H + 1, H)` float32 tables. Raises `ValueError` as `window_tables` for a bad `H`.
-    """
-    H = _check_horizon(dataset, horizon_length)
-    n = dataset.size
+    """Device bytes a `DeviceWindowSampler` of `dataset` would hold: the row fields and the four tables."""
+    H, n = _check_horizon(dataset, horizon_length), dataset.size
     rows = sum(int(np.prod(dataset[key].shape[1:], dtype=np.int64)) * dataset[key].dtype.itemsize for key in ROW_KEYS)
     return n * rows + len(TABLE_KEYS) * (n - H + 1) * H * 4
 
 
 def available_memory(device=None) -> int:
-    """Bytes free for new arrays on `device` (default: `jax.devices()[0]`).
-
-    When the backend reports memory statistics (GPU, TPU): `bytes_limit - bytes_in_use` of
-    `device.memory_stats()` (`bytes_limit` is the allocator's pool: with XLA's default preallocation
-    75% of the GPU's memory). Otherwise (CPU, whose device memory is host memory): the free host
-    memory, `os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')` (page cache not counted, so
-    this errs low).
-    """
+    """Bytes free on `device` (default `jax.devices()[0]`): `bytes_limit - bytes_in_use` of its memory statistics
+    (GPU, TPU), else the free host memory (CPU, whose device memory is host memory; page cache not counted)."""
     device = device if device is not None else jax.devices()[0]
     try:
         stats = device.memory_stats()
@@ -176,23 +113,9 @@ def available_memory(device=None) -> int:
 
 
 def fits_on_device(dataset: Dataset, horizon_length: int, device=None, fraction: float = 0.5) -> bool:
-    """Whether to sample `dataset` on the device (`DeviceWindowSampler`) rather than on the host.
-
-    Rule: True when `estimate_nbytes(dataset, H) <= fraction * available_memory(device)` and JAX can
-    hold every row field at its stored dtype (float64 fields need `jax_enable_x64`; otherwise the
-    batches would not have the host sampler's dtypes). The other `1 - fraction` is left for the
-    agent's parameters, optimizer state, activations and XLA's workspace; on CPU the dataset's host
-    copy is already resident, so the device copy doubles it. When False, use `PrefetchingSampler`.
-
-    Args:
-        dataset: the offline `Dataset`.
-        horizon_length: `H` of the windows.
-        device: a `jax.Device`; default `jax.devices()[0]`.
-        fraction: share of the available memory the copy may take, in `(0, 1]`.
-
-    Raises:
-        ValueError: `fraction` outside `(0, 1]`; `H < 1` or `H > N`.
-    """
+    """True when JAX holds every row field at its dtype and `estimate_nbytes` is at most `fraction` of
+    `available_memory(device)` (the rest is left for the agent and XLA). `ValueError` for `fraction` outside
+    `(0, 1]` or a bad `H`."""
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
     if _unsupported_dtypes(dataset):
@@ -202,19 +125,12 @@ def fits_on_device(dataset: Dataset, horizon_length: int, device=None, fraction:
 
 
 class DeviceWindowSampler(flax.struct.PyTreeNode):
-    """A device-resident dataset that samples the chunked batch of `Dataset.sample_sequence`.
+    """A device-resident dataset that returns `Dataset.sample_sequence`'s windows bit for bit.
 
-    Build with `DeviceWindowSampler.create(dataset, horizon_length, discount)`. A pytree: the arrays
-    below are its leaves, `horizon_length`, `discount`, `size` and `stop_reward_at_mask_zero` are
-    static, so it can be passed to jitted functions and shared by `jax.vmap` (`in_axes=None`).
-    `N` = `size` rows in time order, `H` = `horizon_length`, `S = N - H + 1` valid start rows.
-
-    Attributes:
-        observations: `(N, *ob)`, stored dtype.
-        next_observations: `(N, *ob)`, stored dtype.
-        actions: `(N, A)`, stored dtype.
-        rewards, masks, terminals, valid: `(S, H)` float32, row `i` = the window starting at row `i`
-            exactly as `Dataset.sample_sequence` computes it (`window_tables`).
+    A pytree (the arrays are leaves, the rest static), so it can be an argument of jitted functions and be
+    shared by `jax.vmap` (`in_axes=None`). `N` = `size` rows in time order, `H` = `horizon_length`:
+    `observations`, `next_observations` `(N, *ob)` and `actions` `(N, A)` at their stored dtypes, and
+    `rewards`, `masks`, `terminals`, `valid` `(N - H + 1, H)` float32 (`window_tables`).
     """
 
     observations: jax.Array
@@ -231,20 +147,8 @@ class DeviceWindowSampler(flax.struct.PyTreeNode):
 
     @classmethod
     def create(cls, dataset: Dataset, horizon_length: int, discount: float, device=None, chunk: int = TABLE_CHUNK):
-        """Copy `dataset` to `device` and precompute its window tables (host, numpy, `window_tables`).
-
-        Args:
-            dataset: the offline `Dataset` of `N` rows (a `ReplayBuffer` works too: its rows held, in
-                time order, as of this call). Extra fields (e.g. `qpos`) are not copied.
-            horizon_length: `H`, `1 <= H <= N`; use the agent's `horizon_length`.
-            discount: gamma of the reward sums; use the agent's `discount`.
-            device: a `jax.Device`; default JAX's default device.
-            chunk: start rows per `sample_sequence` call while the tables are built.
-
-        Raises:
-            ValueError: `H < 1`, `H > N` or an empty dataset; a row field whose dtype JAX cannot hold
-                as it is (float64 / int64 without `jax_enable_x64`: cast the dataset first).
-        """
+        """Copy `dataset` (a `ReplayBuffer` too: its rows held, in time order) to `device` with its window
+        tables. `ValueError` for a bad `H` or a row field JAX would change (cast float64 data first)."""
         H = _check_horizon(dataset, horizon_length)
         bad = _unsupported_dtypes(dataset)
         if bad:
@@ -252,8 +156,7 @@ class DeviceWindowSampler(flax.struct.PyTreeNode):
                 f"fields {bad} cannot live on the device at their stored dtype without jax_enable_x64; cast "
                 "them (e.g. to float32) in the dataset so host and device batches agree, or sample on the host."
             )
-        tables = window_tables(dataset, H, discount, chunk=chunk)
-        rows = _time_order(dataset, ROW_KEYS)
+        tables, rows = window_tables(dataset, H, discount, chunk=chunk), _time_order(dataset, ROW_KEYS)
         put = lambda x: jax.device_put(x, device)  # noqa: E731
         return cls(
             **{key: put(rows[key]) for key in ROW_KEYS},
@@ -266,37 +169,20 @@ class DeviceWindowSampler(flax.struct.PyTreeNode):
 
     @property
     def num_starts(self) -> int:
-        """`S = N - H + 1`: start rows `0 .. N - H`."""
         return self.size - self.horizon_length + 1
 
     @property
     def nbytes(self) -> int:
-        """Device bytes held by the arrays (equals `estimate_nbytes` of the dataset)."""
         return int(sum(leaf.nbytes for leaf in jax.tree_util.tree_leaves(self)))
 
     def start_rows(self, key: jax.Array, batch_size: int) -> jax.Array:
-        """`(B,)` int32 start rows drawn uniformly from `[0, N - H]` with `jax.random.randint(key, ...)`.
-
-        Raises `ValueError` for `batch_size < 1` (it is static: a Python int).
-        """
+        """`(B,)` int32 start rows drawn uniformly from `[0, N - H]` (`batch_size` static)."""
         batch_size = _check_count(batch_size, "batch_size")
         return jax.random.randint(key, (batch_size,), 0, self.num_starts, dtype=jnp.int32)
 
     def windows(self, starts) -> Dict[str, jax.Array]:
-        """The windows starting at `starts` `(B,)` (integers in `[0, N - H]`): `sample_sequence`'s batch.
-
-        Returns:
-            dict with the keys, shapes and dtypes of `Dataset.sample_sequence` (docs/batch_contract.md),
-            as device arrays: `observations (B, *ob)`, `full_observations (B, H, *ob)`, `actions (B, H, A)`,
-            `next_observations (B, H, *ob)`, `next_actions (B, H, A)` (row index clipped to `N - 1`),
-            `rewards, masks, terminals, valid (B, H)` float32. Equal value for value to
-            `dataset.sample_sequence(B, H, discount, idxs=starts)`.
-
-        Raises:
-            ValueError: for concrete `starts` (not traced) that are not a 1-D integer array with values
-                in `[0, N - H]`. Traced starts cannot be checked: out-of-range values are clamped by the
-                gathers and give meaningless windows.
-        """
+        """`dataset.sample_sequence(B, H, discount, idxs=starts)` for `(B,)` starts in `[0, N - H]`, value for
+        value. Concrete starts are checked (`ValueError`); traced ones are clamped by the gathers."""
         if not isinstance(starts, jax.core.Tracer):
             values = np.asarray(starts)
             if values.ndim != 1 or not np.issubdtype(values.dtype, np.integer):
@@ -308,16 +194,12 @@ class DeviceWindowSampler(flax.struct.PyTreeNode):
         return _windows(self, jnp.asarray(starts, jnp.int32))
 
     def sample(self, key: jax.Array, batch_size: int) -> Dict[str, jax.Array]:
-        """`windows(start_rows(key, batch_size))`: `B` windows with uniform starts in `[0, N - H]`.
-
-        Pure and jittable (`batch_size` static). Raises `ValueError` for `batch_size < 1`.
-        """
+        """`B` windows with uniform starts drawn with `key` (pure, jittable)."""
         return _windows(self, self.start_rows(key, batch_size))
 
 
 @jax.jit
 def _windows(sampler: DeviceWindowSampler, starts: jax.Array) -> Dict[str, jax.Array]:
-    """Gather the windows at `starts` `(B,)` int32 (see `DeviceWindowSampler.windows`)."""
     H = sampler.horizon_length
     rows = starts[:, None] + jnp.arange(H, dtype=jnp.int32)[None, :]  # (B, H)
     next_rows = jnp.minimum(rows + 1, sampler.size - 1)  # (B, H)
@@ -335,65 +217,27 @@ def _windows(sampler: DeviceWindowSampler, starts: jax.Array) -> Dict[str, jax.A
     )
 
 
-def step_key(key: jax.Array, step) -> jax.Array:
-    """The key of offline step `step` (1-based global step number): `fold_in(key, step)`."""
-    return jax.random.fold_in(key, step)
-
-
-def _last(infos):
-    return jax.tree_util.tree_map(lambda x: x[-1], infos)
+def _sampled_update(carry, step):
+    """One offline step of `offline_updates`: draw `B` windows with `fold_in(key, step)`, then `agent.update`."""
+    agent, sampler, key = carry
+    agent, info = agent.update(sampler.sample(jax.random.fold_in(key, step), agent.config["batch_size"]))
+    return (agent, sampler, key), info
 
 
 @functools.partial(jax.jit, static_argnames="num_steps")
-def offline_updates(agent, sampler: DeviceWindowSampler, key: jax.Array, first_step, num_steps: int):
-    """`num_steps` offline gradient steps in one `lax.scan` (jitted; `num_steps` static).
+def offline_updates(agent, sampler, key: jax.Array, first_step, num_steps: int):
+    """`num_steps` offline gradient steps in one `lax.scan` (`utils.flax_utils.scan_updates`); `num_steps` static.
 
-    Step `j = 0 .. num_steps - 1` is global offline step `t = first_step + j` (1-based, as `main.py`
-    counts): it draws `B = agent.config['batch_size']` windows with `sampler.sample(fold_in(key, t), B)`
-    and runs `agent.update` on them. The keys are stateless counters, so the batches depend only on
-    `key` and `t`, not on how the steps are grouped into calls: `num_steps=10` once equals
-    `num_steps=1` ten times (and an exact resume needs `key` and the step only). `first_step` is traced
-    (no recompilation per call).
-
-    Pure: works under `jax.vmap` over `(agent, key)` with the sampler shared, e.g.
-    `jax.vmap(functools.partial(offline_updates, num_steps=k), in_axes=(0, None, 0, None))`.
-
-    Args:
-        agent: an agent with `config['batch_size']` and a pure `update(batch) -> (agent, info)`.
-        sampler: a `DeviceWindowSampler` with the agent's `horizon_length` and `discount`.
-        key: the base key (`utils.seeding.jax_key(seed, 'device_sampler')`).
-        first_step: global step number of the first step (int or int32 scalar).
-        num_steps: `k >= 1` (static).
-
-    Returns:
-        `(agent, info)`: the agent after the `k` steps and the info dict of the LAST step (what a
-        one-step loop would log at step `first_step + k - 1`), scalars.
-
-    Raises:
-        ValueError: `num_steps < 1` (at trace time).
+    Step `t = first_step .. first_step + num_steps - 1` (1-based, as `main.py` counts) runs `agent.update` on
+    `sampler.sample(fold_in(key, t), agent.config['batch_size'])`: the batches depend on `key` and `t` only,
+    not on how steps are grouped into calls, so an exact resume needs the key and the step. `sampler`: a
+    `DeviceWindowSampler` or `utils.goal_windows.DeviceGoalWindows`. Works under `jax.vmap` over
+    `(agent, key)` with the sampler shared (`in_axes=(0, None, 0, None)`). Returns `(agent, info)`, the
+    LAST step's info. Raises `ValueError` for `num_steps < 1`.
     """
-    num_steps = _check_count(num_steps, "num_steps")
-    batch_size = agent.config["batch_size"]
-
-    def one_step(agent, step):
-        batch = sampler.sample(step_key(key, step), batch_size)
-        return agent.update(batch)
-
-    steps = jnp.asarray(first_step, jnp.int32) + jnp.arange(num_steps, dtype=jnp.int32)  # (k,)
-    agent, infos = jax.lax.scan(one_step, agent, steps)
-    return agent, _last(infos)
-
-
-@jax.jit
-def scan_updates(agent, stacked_batches):
-    """`agent.update` on each batch along the leading axis of `stacked_batches` `(k, B, ...)`.
-
-    One `lax.scan`, jitted. Returns `(agent, info)` with the LAST step's info. The agent equals that of
-    `agent.batch_update(stacked_batches)` (the same scan of the same step), whose
-    info is instead the mean over the `k` steps.
-    """
-    agent, infos = jax.lax.scan(lambda a, batch: a.update(batch), agent, stacked_batches)
-    return agent, _last(infos)
+    steps = jnp.asarray(first_step, jnp.int32) + jnp.arange(_check_count(num_steps, "num_steps"), dtype=jnp.int32)
+    (agent, _, _), info = scan_updates(_sampled_update, (agent, sampler, key), steps, reduce="last")
+    return agent, info
 
 
 def _same_state(a, b) -> bool:
@@ -405,11 +249,6 @@ def _same_state(a, b) -> bool:
     return a == b
 
 
-def _rng_state(rng: np.random.Generator) -> Dict:
-    """A copy of the JSON-able state of `rng` (`utils.seeding.generator_state` format)."""
-    return copy.deepcopy(rng.bit_generator.state)
-
-
 class _Failure:
     """An exception raised in the producer thread, carried to the consumer."""
 
@@ -418,23 +257,16 @@ class _Failure:
 
 
 class PrefetchingSampler:
-    """Host sampling in a background thread, `k` batches stacked per item, copied to the device ahead.
+    """Host batches drawn ahead by a background thread, `k` stacked per item `(k, B, ...)`, copied to the device.
 
-    The fallback for datasets that do not fit on the device. The thread draws with the dataset's own
-    generator (`dataset.sample_sequence(B, H, discount)`, `dataset.rng`), so the batches and their
-    order are those of `k` consecutive steps of the one-step host loop with the same generator. It
-    stacks `k` of them to `(k, B, ...)`, `jax.device_put`s them and keeps at most `depth` items
-    ready. Run them with `scan_updates(agent, batch)`.
-
-    Use as an iterator (`next(prefetcher)`) and close it (`close()`, or a `with` block). While it is
-    open the thread owns `dataset.rng`: draw nothing else from it. For a run state written between
-    items, save `generator_state()` (the generator's state before the next item the consumer will
-    get) in place of `generator_state(dataset.rng)`, which is ahead by the prefetched items.
-    `close()` sets `dataset.rng` back to `generator_state()`, so after it the dataset continues
-    exactly where the consumer stopped, whatever the thread had drawn.
-
-    An exception raised in the thread (e.g. a `ValueError` of the sampler) is raised again, the same
-    object, by the `next()` that would have returned its item and every one after it.
+    The thread draws `steps_per_item` batches per item with the dataset's own generator, either
+    `dataset.sample_sequence(batch_size, horizon_length, discount)` or `draw()` (another window source; give
+    `keys` then), so the items are exactly the batches of the one-step loop, in order; at most `depth` items
+    wait. Only `keys` (default: all of `sample_sequence`'s) are stacked and copied. While it is open the
+    thread owns `dataset.rng`; `generator_state()` is the generator's state before the next item `next()`
+    returns (for run states), and `close()` (idempotent, also at the end of a `with` block) stops the thread
+    and sets `dataset.rng` back to it. An exception of the thread is raised again by every later `next()`.
+    `ValueError` for `B`, `k`, `depth` < 1, a bad `H` or an unknown key.
     """
 
     def __init__(
@@ -450,50 +282,24 @@ class PrefetchingSampler:
         device=None,
         draw=None,
     ):
-        """Start the thread.
-
-        Args:
-            dataset: the `Dataset` to draw from (with its own generator).
-            batch_size: `B >= 1` windows per step.
-            horizon_length: `H`, `1 <= H <= N`.
-            discount: gamma of the reward sums.
-            steps_per_item: `k >= 1` batches stacked per item.
-            depth: items kept ready, >= 1.
-            keys: the batch keys to stack and copy (default: all of `sample_sequence`'s; pass
-                the agent's batch keys, to copy only what the update reads).
-            device: a `jax.Device` for `jax.device_put` (default JAX's default device).
-            draw: `() -> batch` drawing one batch with `dataset.rng` in place of `sample_sequence` (another
-                kind of window, e.g. `utils.goal_windows.GoalWindowSource.sample`); `keys` must be given then.
-
-        Raises:
-            ValueError: `B`, `k` or `depth` < 1; `H < 1`, `H > N` or an empty dataset; an unknown key.
-        """
-        self.dataset = dataset
+        self.dataset, self.device = dataset, device
         self.batch_size = _check_count(batch_size, "batch_size")
         self.steps_per_item = _check_count(steps_per_item, "steps_per_item")
         self.keys = tuple(SEQUENCE_KEYS if keys is None else keys)
         if draw is None:
-            self.horizon_length = _check_horizon(dataset, horizon_length)
-            self.discount = discount
+            H = _check_horizon(dataset, horizon_length)
             unknown = sorted(set(self.keys) - set(SEQUENCE_KEYS))
             if unknown:
                 raise ValueError(f"keys {unknown} are not keys of sample_sequence {SEQUENCE_KEYS}")
-            draw = functools.partial(dataset.sample_sequence, self.batch_size, self.horizon_length, self.discount)
+            draw = functools.partial(dataset.sample_sequence, self.batch_size, H, discount)
         self._draw_one = draw
-        self.device = device
         self._queue = queue.Queue(maxsize=_check_count(depth, "depth"))
         self._stop = threading.Event()
-        self._next_state = _rng_state(dataset.rng)  # before the next item the consumer gets
+        self._next_state = copy.deepcopy(dataset.rng.bit_generator.state)  # before the consumer's next item
         self._failure: Optional[_Failure] = None
         self._closed = False
         self._thread = threading.Thread(target=self._produce, name="PrefetchingSampler", daemon=True)
         self._thread.start()
-
-    # ---- producer (background thread) ----
-    def _draw(self) -> Dict[str, Any]:
-        batches = [self._draw_one() for _ in range(self.steps_per_item)]
-        stacked = {key: np.stack([b[key] for b in batches]) for key in self.keys}  # (k, B, ...)
-        return jax.device_put(stacked, self.device)
 
     def _put(self, item) -> bool:
         """Put `item` in the queue unless stopped first; True if it went in."""
@@ -508,25 +314,20 @@ class PrefetchingSampler:
     def _produce(self):
         try:
             while not self._stop.is_set():
-                before = _rng_state(self.dataset.rng)
-                batch = self._draw()
-                after = _rng_state(self.dataset.rng)
-                if not self._put((before, after, batch)):
+                before = copy.deepcopy(self.dataset.rng.bit_generator.state)
+                batches = [self._draw_one() for _ in range(self.steps_per_item)]
+                stacked = {key: np.stack([b[key] for b in batches]) for key in self.keys}  # (k, B, ...)
+                after = copy.deepcopy(self.dataset.rng.bit_generator.state)
+                if not self._put((before, after, jax.device_put(stacked, self.device))):
                     return
         except BaseException as error:  # noqa: BLE001 - carried to the consumer and raised there
             self._put(_Failure(error))
 
-    # ---- consumer ----
     def __iter__(self):
         return self
 
-    def __next__(self) -> Dict[str, jax.Array]:
-        """The next stacked batch: dict of device arrays `(k, B, ...)` (keys and dtypes of `sample_sequence`).
-
-        Raises:
-            RuntimeError: the sampler is closed.
-            BaseException: whatever the producer thread raised (the same exception object).
-        """
+    def __next__(self) -> Dict[str, Any]:
+        """The next stacked batch `(k, B, ...)` of device arrays; `RuntimeError` once closed."""
         if self._closed:
             raise RuntimeError("PrefetchingSampler is closed")
         if self._failure is not None:
@@ -548,21 +349,12 @@ class PrefetchingSampler:
         return batch
 
     def generator_state(self) -> Dict:
-        """The dataset generator's state before the next item `next()` will return.
-
-        `utils.seeding.generator_state`-compatible (a copy of `rng.bit_generator.state`): restoring it into
-        the dataset's generator (`utils.seeding.set_generator_state`) continues the identical sequence of
-        batches. Before the first `next()` it is the state at construction.
-        """
+        """The dataset generator's state before the next item (`utils.seeding.generator_state` format)."""
         return copy.deepcopy(self._next_state)
 
     def close(self, timeout: float = 60.0):
-        """Stop and join the thread, drop the prefetched items, and set `dataset.rng` back to
-        `generator_state()`. Idempotent.
-
-        Raises:
-            RuntimeError: the thread did not stop within `timeout` seconds (`dataset.rng` untouched).
-        """
+        """Stop and join the thread, drop the prefetched items, set `dataset.rng` to `generator_state()`.
+        `RuntimeError` (and `dataset.rng` untouched) when the thread does not stop within `timeout` s."""
         if self._closed:
             return
         self._stop.set()
@@ -590,12 +382,9 @@ class PrefetchingSampler:
 
 
 class ChunkWindows:
-    """The windows of the chunked agents (docs/batch_contract.md) over one dataset: an `AgentSpec.windows`.
-
-    `sample(B)` draws `B` windows of `horizon_length` steps with the dataset's own generator
-    (`Dataset.sample_sequence`); `fits_on_device()` and `on_device()` give the device sampler of the same
-    windows (`DeviceWindowSampler`).
-    """
+    """The chunked agents' window source over one dataset (the default `AgentSpec.windows`): `sample(B)` is
+    `Dataset.sample_sequence(B, horizon_length, discount)` with the dataset's generator; `on_device()` gives
+    the `DeviceWindowSampler` of the same windows, `fits_on_device()` says whether to use it."""
 
     keys = SEQUENCE_KEYS
 

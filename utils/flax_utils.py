@@ -1,13 +1,11 @@
-"""Flax helpers shared by the agents: module dictionary, train state, Polyak update, checkpoints.
+"""Flax helpers shared by the agents: module dictionary, train state, target update, scan, checkpoints.
 
-Gradient routing (read this before writing a loss): all of an agent's networks live in one
-`ModuleDict` with one parameter tree and one optimizer. A module call
-`network.select('critic')(obs, actions, params=grad_params)` uses the parameters being
-differentiated and therefore passes gradient to them; the same call *without* `params=`
-uses the stored parameters `network.params`, which are constants inside `jax.grad` and
-receive exactly zero gradient. So the TD target's `target_critic`, the distillation target and
-the critic inside the actor's Q term are called without `params=` (tests/test_flax_utils.py and
-the agent tests check the zeros).
+Gradient routing (read this before writing a loss): all of an agent's networks live in one `ModuleDict` with
+one parameter tree and one optimizer. `network.select('critic')(obs, actions, params=grad_params)` uses the
+parameters being differentiated and passes gradient to them; the same call without `params=` uses the stored
+`network.params`, constants inside `jax.grad`: exactly zero gradient. So the TD target's `target_critic`, the
+distillation target and the critic inside the actor's Q term are called without `params=`
+(tests/test_flax_utils.py and the agent tests check the zeros).
 """
 
 import functools
@@ -27,11 +25,8 @@ nonpytree_field = lambda: flax.struct.field(pytree_node=False)  # noqa: E731 - s
 
 
 class ModuleDict(nn.Module):
-    """A dictionary of named modules sharing one parameter tree (`params['modules_<name>']`).
-
-    `init` calls every module once (`name=None`) with the example inputs given as
-    `{name: args}`; `apply(..., name=NAME)` calls one of them.
-    """
+    """Named modules sharing one parameter tree (`params['modules_<name>']`): `init` calls each once with
+    `{name: example args}`, `apply(..., name=NAME)` calls one."""
 
     modules: Dict[str, nn.Module]
 
@@ -61,14 +56,9 @@ def split_targets(params):
 
 
 class TrainState(flax.struct.PyTreeNode):
-    """Parameters, optimizer state and step count of a `ModuleDict` (immutable).
-
-    `state(*args, params=None, name=NAME)` applies module `NAME` with `params` when given
-    (gradient flows to them) or with the stored `self.params` otherwise (no gradient).
-
-    Target networks (`params['modules_target_<name>']`) are no optimizer's business: the
-    optimizer state covers the other entries only, gradients are taken with respect to those only,
-    and targets move only by `polyak_update` (as RLPD keeps them out of its optimizer).
+    """Parameters, optimizer state and step count of a `ModuleDict` (immutable); `state(*args, params=None,
+    name=NAME)` applies module `NAME` with `params` (gradient flows) or the stored ones (none). Target networks
+    (`modules_target_<name>`) are outside the optimizer and move only by `polyak_update` (as RLPD's).
     """
 
     step: int
@@ -92,7 +82,7 @@ class TrainState(flax.struct.PyTreeNode):
         )
 
     def with_params(self, params):
-        """This state with `params` and a fresh optimizer state for them (step count kept)."""
+        """This state with `params` and a fresh optimizer state (step count kept)."""
         return self.replace(params=params, opt_state=self.tx.init(split_targets(params)[0]))
 
     def __call__(self, *args, params=None, **kwargs):
@@ -112,13 +102,9 @@ class TrainState(flax.struct.PyTreeNode):
         return self.replace(step=self.step + 1, params=new_params, opt_state=new_opt_state)
 
     def apply_loss_fn(self, loss_fn):
-        """One optimizer step on `loss_fn(params) -> (loss, info)`; returns `(state, info)`.
-
-        The targets receive exactly zero gradient (losses read them through stored parameters) and
-        the optimizer moves only the other entries. `info` gains `grad/norm` (global L2 norm),
-        `grad/max` and `grad/min` over all parameters, the targets' zeros included (as the
-        reference logs them).
-        """
+        """One optimizer step on `loss_fn(params) -> (loss, info)` over the non-target parameters: `(state,
+        info)`, info plus `grad/norm` (global L2), `grad/max`, `grad/min` over every parameter, the targets'
+        zeros included (as the reference logs them)."""
         grads, info = jax.grad(loss_fn, has_aux=True)(self.params)
         # Per-leaf reductions, as the reference: a concatenated copy of the gradient costs more memory traffic.
         leaves = jax.tree_util.tree_leaves(grads)
@@ -130,43 +116,38 @@ class TrainState(flax.struct.PyTreeNode):
 
 
 def polyak_update(source_params, target_params, tau: float):
-    """Pure Polyak averaging `target <- tau * source + (1 - tau) * target` (leafwise).
-
-    Returns the new target tree; neither input is modified.
-    """
+    """`tau * source + (1 - tau) * target`, leafwise (a new tree)."""
     return jax.tree_util.tree_map(lambda s, t: tau * s + (1.0 - tau) * t, source_params, target_params)
 
 
 def target_update(network, before, name: str, tau: float):
-    """`network` with `modules_target_<name>` moved toward `modules_<name>` as it was in `before`.
-
-    `before` is the `TrainState` before this step's gradient update, so the target follows the
-    pre-update parameters (FQL and the Q-chunking reference; RLPD itself uses the updated ones).
-    """
+    """`network` with `modules_target_<name>` moved toward `modules_<name>` as it was in `before`, the state
+    before this step's gradient update (as FQL and the Q-chunking reference; RLPD uses the updated one)."""
     new = polyak_update(before.params[f"modules_{name}"], before.params[f"{TARGET_PREFIX}{name}"], tau)
     return network.replace(params={**network.params, f"{TARGET_PREFIX}{name}": new})
 
 
 def select_keys(batch, keys):
-    """`{k: batch[k] for k in keys}`: only what the losses read crosses the jit boundary.
-
-    Raises `KeyError` naming the missing keys.
-    """
+    """`{k: batch[k] for k in keys}` (only what the losses read crosses the jit boundary); `KeyError` naming
+    the missing ones."""
     missing = [k for k in keys if k not in batch]
     if missing:
         raise KeyError(f"batch lacks {missing}; the update reads {tuple(keys)}.")
     return {k: batch[k] for k in keys}
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def scan_updates(update_fn, agent, stacked_batches):
-    """`update_fn(agent, batch)` on each batch along the leading (UTD) axis `(U, B, ...)` in one `lax.scan`.
+@functools.partial(jax.jit, static_argnums=0, static_argnames="reduce")
+def scan_updates(update_fn, carry, xs, reduce: str = "mean"):
+    """`update_fn(carry, x) -> (carry, info)` on each entry along the leading axis of `xs`, one jitted `lax.scan`.
 
-    Returns `(agent, info)` with each info entry averaged over the `U` steps (as the reference's
-    `batch_update`).
+    The one scan over updates: `batch_update` (`(U, B, ...)` UTD batches, `update_fn` the agent's `_update`),
+    main.py's `--updates_per_dispatch` on stacked host batches, and on device windows
+    (`utils.device_sampler.offline_updates`, whose carry holds the sampler and `xs` the step numbers).
+    Returns `(carry, info)`, each info entry the mean over the steps (`reduce="mean"`, the reference's
+    `batch_update`) or the last step's (`reduce="last"`: what a one-step loop logs at that step).
     """
-    agent, infos = jax.lax.scan(update_fn, agent, stacked_batches)
-    return agent, jax.tree_util.tree_map(jnp.mean, infos)
+    carry, infos = jax.lax.scan(update_fn, carry, xs)
+    return carry, jax.tree_util.tree_map(jnp.mean if reduce == "mean" else (lambda x: x[-1]), infos)
 
 
 class CheckpointError(ValueError):
@@ -174,12 +155,8 @@ class CheckpointError(ValueError):
 
 
 def save_agent(agent, path: str, metadata: Optional[dict] = None) -> str:
-    """Write `agent` (any Flax pytree) to `path` with flax msgpack serialization (no pickle).
-
-    The file is written to a temporary name in the same directory and renamed, so an interrupted
-    save never leaves a half-written checkpoint under `path`. `metadata` (a JSON-like dict of
-    plain values, e.g. the step) is stored beside the state. Returns `path`.
-    """
+    """Write `agent` (any Flax pytree) and `metadata` (plain values) to `path` as flax msgpack (no pickle),
+    atomically (`utils.files.atomic_write`); returns `path`."""
     path = os.path.abspath(os.path.expanduser(path))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     payload = {"agent": serialization.to_state_dict(jax.device_get(agent)), "metadata": metadata or {}}
@@ -193,13 +170,9 @@ def load_checkpoint_metadata(path: str) -> dict:
 
 
 def restore_agent(agent, path: str):
-    """Return `agent` with every leaf replaced by the one stored in `path`.
-
-    `agent` is a template of the same structure (e.g. a freshly created agent with the same
-    config). Raises `CheckpointError` (a `ValueError`) naming the file when it does not
-    exist, cannot be decoded (truncated or corrupt), or does not match the template's structure
-    or shapes.
-    """
+    """`agent` (a template of the same structure, e.g. a fresh agent of the same config) with every leaf read
+    from `path`; `CheckpointError` naming the file when it is missing, truncated, corrupt or of another
+    structure or shapes."""
     payload = _read_payload(path)
     if "agent" not in payload:
         raise CheckpointError(f"Checkpoint {path} has no 'agent' entry; it was not written by save_agent.")

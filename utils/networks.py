@@ -1,15 +1,6 @@
-"""The one network stack both agents build on.
-
-* `MLP`: the multilayer perceptron every other module uses.
-* `ensemblize`: an ensemble of any module via `nn.vmap` (separate parameters per member).
-* `Value`: the critic ensemble `Q(s, a)` (ACFQL, ACRLPD).
-* `ActorVectorField`: the flow-matching velocity field `v(s, x_t, t)` (ACFQL; also used as
-  the one-step policy `mu(s, z)` when called without `times`).
-* `TanhNormalActor`: the tanh-squashed Gaussian policy head of ACRLPD (distrax).
-
-Shapes use `B` for any number of leading batch axes (the best-of-N candidate axis included),
-`D` for the observation feature size and `A` for the (possibly chunked, `h * action_dim`) action
-size.
+"""The one network stack the agents build on: `MLP`, `ensemblize`, the critic `Value`, the flow field
+`ActorVectorField` and the `TanhNormalActor`. `B`: any leading batch axes (the best-of-N axis included),
+`D`: observation features, `A`: the (possibly chunked, `h * action_dim`) action size.
 """
 
 from typing import Any, Callable, Sequence
@@ -25,22 +16,9 @@ def default_init(scale: float = 1.0):
 
 
 class MLP(nn.Module):
-    """Multilayer perceptron.
-
-    Layer `i` is `Dense(hidden_dims[i])`; every layer but the last (all of them when
-    `activate_final`) is followed by `activations` and then, when `layer_norm`, by
-    `LayerNorm` (activation first, then layer norm: the order of the FQL/QC reference).
-    Kernels use `default_init` (variance scaling, fan_avg, uniform); biases start at zero.
-
-    Args:
-        hidden_dims: output width of each Dense layer; the last entry is the output size.
-        activations: nonlinearity (default GELU, as in the reference).
-        activate_final: also apply the activation (and layer norm) after the last layer.
-        kernel_init: kernel initializer.
-        layer_norm: apply layer normalisation after each activation.
-
-    Input `(B, D_in)` -> output `(B, hidden_dims[-1])`.
-    """
+    """`(B, D_in) -> (B, hidden_dims[-1])`: layer `i` is `Dense(hidden_dims[i])` (`default_init` kernels, zero
+    biases); every layer but the last (all with `activate_final`) is followed by `activations` (GELU) and then,
+    with `layer_norm`, `LayerNorm` (activation first, then layer norm: the FQL/QC reference's order)."""
 
     hidden_dims: Sequence[int]
     activations: Callable[[Any], Any] = nn.gelu
@@ -60,12 +38,8 @@ class MLP(nn.Module):
 
 
 def ensemblize(cls, num_qs: int, in_axes=None, out_axes: int = 0, **kwargs):
-    """Ensemble of `num_qs` copies of module class `cls` with separate parameters.
-
-    Built on `nn.vmap` over the `params` collection: every member sees the same inputs
-    (`in_axes=None`) and the outputs are stacked on axis `out_axes` (default 0), so a
-    member's output `(B,)` becomes `(num_qs, B)`.
-    """
+    """`num_qs` copies of module class `cls` with separate parameters (`nn.vmap` over `params`): the same
+    inputs (`in_axes=None`), outputs stacked on `out_axes`, so `(B,)` becomes `(num_qs, B)`."""
     return nn.vmap(
         cls,
         variable_axes={"params": 0},
@@ -78,10 +52,7 @@ def ensemblize(cls, num_qs: int, in_axes=None, out_axes: int = 0, **kwargs):
 
 
 class FourierFeatures(nn.Module):
-    """Sinusoidal features of a scalar time `t` in [0, 1] for the flow field.
-
-    Fixed log-spaced frequencies (transformer-style). Input `(B, 1)` -> `(B, output_size)`.
-    """
+    """Sinusoidal features `(B, 1) -> (B, output_size)` of the flow time `t` (fixed log-spaced frequencies)."""
 
     output_size: int = 64
 
@@ -94,17 +65,8 @@ class FourierFeatures(nn.Module):
 
 
 class Value(nn.Module):
-    """Critic ensemble `Q_k(s, a)`, k = 1..num_ensembles (paper Sec. 4: chunked critic).
-
-    Each member is an `MLP` `hidden_dims + (1,)` on `concat(s, a)`.
-
-    Args:
-        hidden_dims: hidden layer widths (paper: 4 x 512).
-        layer_norm: layer norm in the hidden layers (paper: on for the critic).
-        num_ensembles: ensemble size K (ACFQL 2, ACRLPD 10); 1 gives no ensemble axis.
-
-    Call `(observations (B, *ob), actions (B, A) or None)` -> `(K, B)` (`(B,)` when K = 1).
-    """
+    """Critic ensemble `Q_k(s, a)`, k = 1..K = `num_ensembles` (paper Sec. 4), each an `MLP` `hidden_dims + (1,)`
+    on `concat(s, a)`: `(observations (B, *ob), actions (B, A) or None) -> (K, B)` (`(B,)` when K = 1)."""
 
     hidden_dims: Sequence[int]
     layer_norm: bool = True
@@ -124,20 +86,9 @@ class Value(nn.Module):
 
 
 class ActorVectorField(nn.Module):
-    """Flow-matching velocity field `v(s, x_t, t)` over (chunked) actions (paper Sec. 4, QC).
-
-    An `MLP` `hidden_dims + (action_dim,)` on `concat(s, x_t, t_features)`.
-    Called without `times` it is a one-step map `mu(s, z)` (the QC-FQL / FQL actor).
-
-    Args:
-        hidden_dims: hidden layer widths (paper: 4 x 512).
-        action_dim: output size `A` (`h * action_dim` when chunking).
-        layer_norm: layer norm in the hidden layers (paper: off for the actor).
-        use_fourier_features: embed `t` with `FourierFeatures` instead of using it raw.
-        fourier_feature_dim: size of that embedding.
-
-    Call `(observations (B, D), actions (B, A), times (B, 1) or None)` -> velocities `(B, A)`.
-    """
+    """Flow-matching velocity field `v(s, x_t, t)` over (chunked) actions (paper Sec. 4): an `MLP`
+    `hidden_dims + (action_dim,)` on `concat(s, x_t, t or its FourierFeatures)`, `(B, D), (B, A), (B, 1) ->
+    (B, A)`; without `times`, the one-step map `mu(s, z)` (the QC-FQL / FQL actor)."""
 
     hidden_dims: Sequence[int]
     action_dim: int
@@ -158,21 +109,9 @@ class ActorVectorField(nn.Module):
 
 
 class TanhNormalActor(nn.Module):
-    """Tanh-squashed diagonal Gaussian policy `pi(a | s)` (SAC / RLPD actor head).
-
-    `a = tanh(u)`, `u ~ N(mean(s), diag(std(s)^2))`; log-probabilities include the tanh
-    change-of-variables term (distrax `Block(Tanh(), ndims=1)`). `log_std` is clipped to
-    `[log_std_min, log_std_max]`.
-
-    Args:
-        hidden_dims: hidden layer widths of the trunk (activate_final=True).
-        action_dim: output size `A` (`h * action_dim` when chunking).
-        layer_norm: layer norm in the trunk.
-        log_std_min, log_std_max: bounds of the log standard deviation (RLPD's -20 and 2).
-
-    Call `(observations (B, D))` -> a distrax distribution with event shape `(A,)` and batch
-    shape `(B,)` (`jnp.tanh(dist.distribution.mode())` is the deterministic action).
-    """
+    """SAC / RLPD policy `pi(a | s)`: `a = tanh(u)`, `u ~ N(mean(s), diag(std(s)^2))`, `log_std` clipped to
+    `[log_std_min, log_std_max]`; log-probabilities include the tanh change of variables. `(B, D) ->` a distrax
+    distribution of event shape `(A,)` (`jnp.tanh(dist.distribution.mode())`: the deterministic action)."""
 
     hidden_dims: Sequence[int]
     action_dim: int

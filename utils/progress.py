@@ -58,9 +58,6 @@ class PlainProgress:
     def close(self):
         pass
 
-    def set_postfix(self, *args, **kwargs):
-        pass
-
     def __enter__(self):
         return self
 

@@ -14,19 +14,9 @@ A run has one seed `s` in `[0, 2**32)` and these named streams (the number is th
     7   device_sampler  JAX key           offline windows drawn on the device (`utils.device_sampler`):
                                           offline step `t` draws its start rows with `fold_in(key, t)`
 
-Derivation:
-
-* JAX streams: `jax.random.fold_in(jax.random.PRNGKey(s), id)`. `PRNGKey(s)` is a distinct
-  key for every `s` in range (outside it, numbers that differ by a multiple of `2**32` would
-  give one key, hence the range check); `fold_in` gives a different key per stream id. The
-  evaluation at step `t` folds in `t` once more: `fold_in(fold_in(PRNGKey(s), 6), t)`, and so
-  does offline step `t` of the device sampler: `fold_in(fold_in(PRNGKey(s), 7), t)`.
-* numpy streams: `np.random.SeedSequence(s, spawn_key=(id,))` (the evaluation at step `t`:
-  `spawn_key=(6, t)`), whose pool mixes the seed and the spawn key, so no two (seed, stream,
-  step) triples share a generator. Environment reset seeds are drawn from these sequences.
-
-No stream is seeded twice and none is seeded from `seed + k` arithmetic (which made seed 1's
-agent share seed 0's collector key in earlier versions).
+JAX streams are `fold_in(PRNGKey(s), id)` (the evaluation and the device sampler at step `t` fold in `t` once
+more), numpy streams `SeedSequence(s, spawn_key=(id,))` (`(6, t)` for the evaluation at `t`): no two (seed,
+stream, step) share a generator, and none is seeded from `seed + k` arithmetic (docs/outputs.md, section 8).
 """
 
 from typing import Dict, List, Tuple

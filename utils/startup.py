@@ -1,19 +1,42 @@
-"""Start-up messages that say nothing about a run, silenced once for every entry point."""
+"""What every entry point does at start: quiet the messages that say nothing about a run, and report a bad
+command line as one `error: <message>` line with exit status 2 (argparse scripts, absl tools, the drivers)."""
 
+import argparse
 import os
 import sys
 import warnings
 
 
-def quiet_startup():
-    """Silence the start-up messages that say nothing about the run (docs/outputs.md, "Logs", lists them).
+def exit_with_error(message: str):
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
 
-    GLFW's "DISPLAY environment variable is missing" (MuJoCo probes for a window system; rendering uses
-    `MUJOCO_GL`), dm_control's INFO lines on the OpenGL backend it picked, gymnasium's "precision lowered by
-    casting to float32" for OGBench's action spaces, and JAX's INFO lines about accelerator backends it
-    did not find. Call it before the first environment is built: the drivers call it at import, the dataset tools in
-    `main`. A `MUJOCO_GL` backend that cannot start (unknown, or its library missing) ends the process here
-    with one `error:` line and exit status 2.
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors are one `error: <message> (see --help)` line and exit status 2 (no usage block)."""
+
+    def error(self, message):
+        exit_with_error(f"{message} (see --help)")
+
+
+def parse_absl_flags(argv):
+    """`app.run`'s `flags_parser` for the tools: a bad or unknown flag, or a stray word, is one `error:` line."""
+    from absl import flags
+
+    try:
+        rest = flags.FLAGS(argv)
+    except flags.Error as e:
+        exit_with_error(str(e))
+    if len(rest) > 1:
+        exit_with_error(f"unexpected word(s) on the command line: {' '.join(map(repr, rest[1:]))}.")
+    return rest
+
+
+def quiet_startup():
+    """Silence the start-up messages that say nothing about the run (docs/outputs.md, "Logs", lists them): GLFW's
+    missing DISPLAY, dm_control's OpenGL backend and MuJoCo version, gymnasium's float32 casts, JAX's missing
+    accelerators. Call it before the first env is built. A `MUJOCO_GL` backend that cannot start ends the
+    process here with one `error:` line and exit status 2.
     """
     warnings.filterwarnings("ignore", message=".*DISPLAY environment variable is missing")
     warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
@@ -31,11 +54,9 @@ def quiet_startup():
         if backend is None:
             raise
         # An unknown backend, or one whose library is missing: dm_control fails at import, before any run.
-        print(
-            f"error: MUJOCO_GL={backend} cannot start ({type(e).__name__}: {e}); unset MUJOCO_GL, or install the "
-            "library it needs (osmesa: libosmesa6, egl: libegl1).",
-            file=sys.stderr,
+        exit_with_error(
+            f"MUJOCO_GL={backend} cannot start ({type(e).__name__}: {e}); unset MUJOCO_GL, or install the "
+            "library it needs (osmesa: libosmesa6, egl: libegl1)."
         )
-        sys.exit(2)
     finally:
         absl_logger.setLevel(level)

@@ -1,22 +1,10 @@
-"""Evaluation episodes on `E` environments in lockstep: the vector env, the slot bookkeeping and the batched policy.
-
-The machinery behind `evaluation.evaluate_batched` (which aggregates the episodes this module runs; the
-contract, that every episode equals the sequential `evaluation.evaluate`'s, is stated there). A leaf module:
-jax, numpy, gymnasium and `utils` only.
-
-* `make_eval_vector_env`: `E` copies of one evaluation env, autoreset disabled, idle slots skipped
-  (`PausableEnv`), and per-slot task ids for goal-conditioned envs (reset option `slot_task_ids`).
-* `LockstepRunner`: hands episodes to slots in index order, keeps one open-loop action queue per slot, and
-  calls the policy for every slot at once at chunk boundaries.
-* `BatchedPolicy`: one jitted call computes a chunk per row, each row exactly as one `sample_actions` call
-  (`policy_batching`: 'vmap', 'map' or 'auto').
-* `split_chunk`, `episode_key`, `policy_kwargs`: the pieces the sequential evaluation shares, so both
-  evaluations split chunks, derive keys and call the policy the same way.
+"""Evaluation episodes on `E` environments in lockstep, behind `evaluation.evaluate_batched` (which states the
+contract: every episode equals the sequential `evaluation.evaluate`'s): the vector env (`make_eval_vector_env`),
+the slot bookkeeping (`LockstepRunner`), the batched policy (`BatchedPolicy`), and the pieces both evaluations
+share (`split_chunk`, `episode_key`, `policy_kwargs`).
 """
 
 import functools
-import logging
-import math
 import os
 from collections import defaultdict
 from typing import Callable, Dict, List, Optional, Sequence
@@ -26,10 +14,7 @@ import jax
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
-logger = logging.getLogger(__name__)
-
 VECTOR_MODES = ("sync", "async", "auto")
-POLICY_BATCHINGS = ("auto", "vmap", "map")
 # `make_eval_vector_env(mode="auto")` runs the envs in subprocesses from this many usable CPU cores on
 # (`resolve_vector_mode`: on 2 cores, subprocesses stepped cube-double slower than one process).
 ASYNC_MIN_CORES = 4
@@ -72,12 +57,8 @@ def policy_kwargs(goal=None, best_of_n: Optional[int] = None) -> Dict:
 
 
 def slot_info(infos: Dict, slot: int) -> Dict:
-    """The info dict env `slot` returned, rebuilt from a vector env's stacked `infos`.
-
-    Gymnasium stacks each key `k` into an array over the envs with a boolean mask `_k` (which envs
-    reported it), recursively for dict values; an array's dtype comes from the first env that
-    reported the key in that step (copies of one env report the same types).
-    """
+    """The info dict env `slot` returned, rebuilt from a vector env's stacked `infos` (gymnasium stacks key `k`
+    over the envs with a mask `_k` of those that reported it, recursively for dicts)."""
     out = {}
     for k, v in infos.items():
         mask = infos.get(f"_{k}")
@@ -91,13 +72,9 @@ def slot_info(infos: Dict, slot: int) -> Dict:
 
 
 class PausableEnv(gymnasium.Wrapper):
-    """Skips a step whose action is all NaN: the env is not stepped and the last observation is returned.
-
-    `evaluate_batched` sends NaN actions to the slots that have no episode to run, or whose next
-    episode waits for the common chunk boundary, so those envs cost nothing and keep their state.
-    `slot` is this env's index in the vector env: a reset option `slot_task_ids` (one task id per slot, the
-    same dict reaches every slot) becomes this env's own `task_id` option.
-    """
+    """Skips a step whose action is all NaN (a slot with no episode, or waiting for the chunk boundary): the
+    last observation is returned. The reset option `slot_task_ids` (one task id per slot) becomes this env's
+    own `task_id`, `slot` being its index in the vector env."""
 
     def __init__(self, env: gymnasium.Env, slot: int = 0):
         super().__init__(env)
@@ -133,15 +110,9 @@ def usable_cores() -> int:
 
 
 def resolve_vector_mode(mode: str, num_envs: int, cores: Optional[int] = None) -> str:
-    """`'sync'` or `'async'` for `mode` (`'auto'`: async iff `num_envs >= 2` and `cores >= ASYNC_MIN_CORES`).
-
-    `cores` defaults to `usable_cores()`. The policy and the envs never run at the same time, so
-    subprocesses pay off only when several envs step on separate cores and that outweighs a pipe round
-    trip per env and step (docs/benchmarks.md, "Evaluation environments": the measurements behind `ASYNC_MIN_CORES`).
-
-    Raises:
-        ValueError: `mode` not in `VECTOR_MODES`.
-    """
+    """`'sync'` or `'async'` for `mode`; `'auto'`: async iff `num_envs >= 2` and `cores` (default
+    `usable_cores()`) `>= ASYNC_MIN_CORES` (docs/benchmarks.md, "Evaluation environments": the measurements
+    behind it). `ValueError` for another mode."""
     if mode not in VECTOR_MODES:
         raise ValueError(f"mode must be one of {VECTOR_MODES}, got {mode!r}.")
     if mode != "auto":
@@ -157,33 +128,12 @@ def make_eval_vector_env(
     context: str = "spawn",
     max_concurrency: Optional[int] = None,
 ):
-    """`num_envs` copies of `env_fn()` as a gymnasium vector env for `evaluate_batched`.
-
-    Args:
-        env_fn: zero-argument callable returning one evaluation env (e.g.
-            `EnvAndDatasets.make_eval_env`); for `'async'` it must be picklable (a module-level
-            function or a `functools.partial` of one), since each subprocess builds its own env.
-        num_envs: `E`, the number of env slots (`>= 1`).
-        mode: `'sync'` (`SyncVectorEnv`, all envs in this process), `'async'` (`AsyncVectorEnv`, one
-            subprocess per env) or `'auto'` (`resolve_vector_mode`: async from `ASYNC_MIN_CORES` usable
-            cores on, else sync).
-        context: multiprocessing start method of the async workers: `'spawn'` (default) or
-            `'forkserver'`. `'fork'` is refused: forking a process that holds MuJoCo/OpenGL or JAX
-            threads can deadlock or crash.
-        max_concurrency: async only: at most this many workers step or reset at the same time
-            (gymnasium's semaphore). Default: `usable_cores()` when `num_envs` is larger (the policy
-            waits while the envs step, so every core can step one), else no limit.
-
-    Returns:
-        A vector env with `autoreset_mode=DISABLED` (a finished env is reset only when
-        `evaluate_batched` resets it, with its next episode's seed) whose sub-envs skip all-NaN
-        actions (idle slots) and take per-slot task ids, marked in `metadata` for `evaluate_batched`.
-        Observations are stacked to `(E, *ob)`, actions taken as `(E, A)`. Close it with `.close()` (async:
-        ends the subprocesses).
-
-    Raises:
-        ValueError: `num_envs < 1` (or not an int), `mode` not in `VECTOR_MODES`, `context` not
-            `'spawn'`/`'forkserver'`, `max_concurrency < 1`.
+    """`num_envs` copies of `env_fn()` (picklable for async: each subprocess builds its own) as a gymnasium
+    vector env for `evaluate_batched`: autoreset disabled (a finished env is reset with its next episode's
+    seed), idle slots skipped, per-slot task ids. `mode`: `sync` (one process), `async` (one subprocess per env,
+    started by `context`, `spawn` or `forkserver`: forking MuJoCo/OpenGL or JAX threads can deadlock) or `auto`
+    (`resolve_vector_mode`); `max_concurrency` bounds the async workers stepping at once (default: the usable
+    cores when there are more envs). `ValueError` for a bad `num_envs`, `mode`, `context` or `max_concurrency`.
     """
     if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
         raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}.")
@@ -225,126 +175,35 @@ def check_vector_env(vector_env):
 # ---------------------------------------------------------------- batched policy
 
 
-def _row_dot_kinds(jaxpr) -> List[str]:
-    """Kind of every `dot_general` in `jaxpr` and its sub-jaxprs, in order: 'dot', 'gemv' or 'gemm'.
-
-    XLA picks a different kernel (and summation order) for a product whose free size is 1 on one
-    side (matrix-vector) than for a matrix-matrix product.
-    """
-    kinds = []
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "dot_general":
-            (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = eqn.params["dimension_numbers"]
-            lhs, rhs = (v.aval.shape for v in eqn.invars[:2])
-            m = math.prod(d for i, d in enumerate(lhs) if i not in lhs_contract and i not in lhs_batch)
-            n = math.prod(d for i, d in enumerate(rhs) if i not in rhs_contract and i not in rhs_batch)
-            kinds.append("dot" if m == n == 1 else "gemv" if min(m, n) == 1 else "gemm")
-        for value in eqn.params.values():
-            for sub in _sub_jaxprs(value):
-                kinds.extend(_row_dot_kinds(sub))
-    return kinds
-
-
-def _sub_jaxprs(value):
-    if hasattr(value, "eqns"):  # Jaxpr
-        yield value
-    elif hasattr(value, "jaxpr") and hasattr(value.jaxpr, "eqns"):  # ClosedJaxpr
-        yield value.jaxpr
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            yield from _sub_jaxprs(item)
-
-
-def static_batching(agent, observation: np.ndarray, num_rows: int, goal=None, best_of_n=None) -> str:
-    """'vmap' when vmapping one row's policy over `num_rows` rows keeps every matrix product's kind, else 'map'."""
-    if jax.default_backend() != "cpu":
-        return "map"  # row results of a GPU/TPU matrix product may depend on the number of rows
-    key = jax.random.PRNGKey(0)
-
-    def one(ob, g, k):
-        return agent.sample_actions(ob, k, **policy_kwargs(g, best_of_n))
-
-    single = jax.make_jaxpr(one)(observation, goal, key)
-    stack = lambda x: None if x is None else np.broadcast_to(x, (num_rows, *np.shape(x)))  # noqa: E731
-    rows = jax.make_jaxpr(jax.vmap(one))(stack(observation), stack(goal), np.stack([key] * num_rows))
-    return "vmap" if _row_dot_kinds(single.jaxpr) == _row_dot_kinds(rows.jaxpr) else "map"
-
-
-@functools.partial(jax.jit, static_argnames=("batching", "best_of_n"))
-def _policy_rows(agent, observations, goals, streams, batching, best_of_n=None):
+@functools.partial(jax.jit, static_argnames="best_of_n")
+def _policy_rows(agent, observations, goals, streams, best_of_n=None):
     """One policy call per row: `(chunks (E, h * A), next streams (E, 2), keys used (E, 2))`.
 
     Row `e` computes `next, key = split(streams[e])` and `agent.sample_actions(observations[e], key,
-    goals=goals[e])` (`goals` None: no goal), exactly what `evaluation.Policy` does for one observation.
-    'vmap' batches the rows into one computation; 'map' loops over them (`lax.map`) with the shapes of a
-    single call.
+    goals=goals[e])` (`goals` None: no goal), exactly what `evaluation.Policy` does for one observation. The
+    rows are looped over (`lax.map`) with the shapes of a single call, so each row's chunk is bitwise a single
+    call's (a `vmap` over rows changes XLA's kernels and rounding, and on CPU it was no faster:
+    docs/benchmarks.md).
     """
 
     def row(observation, goal, stream):
         next_stream, key = jax.random.split(stream)
         return agent.sample_actions(observation, key, **policy_kwargs(goal, best_of_n)), next_stream, key
 
-    if batching == "vmap":
-        return jax.vmap(row)(observations, goals, streams)
     return jax.lax.map(lambda args: row(*args), (observations, goals, streams))
 
 
-# (agent type, agent tree structure, observations' and goals' shapes and dtypes, best_of_n, backend) -> batching.
-BATCHING_CACHE: Dict[tuple, str] = {}
-
-
 class BatchedPolicy:
-    """The batched policy of one evaluation; resolves 'auto' once per agent structure, shapes and backend.
+    """The batched policy of one evaluation: `(observations, goals, streams, rows) -> (chunks, next streams,
+    keys)` as numpy arrays, one `sample_actions` call per row (`_policy_rows`); only the `rows` the runner
+    marks use their chunk. `best_of_n` overrides the agent's number of candidates (None: its own)."""
 
-    'auto' takes 'vmap' unless vmapping would turn a matrix-vector product of one row into a
-    matrix-matrix product (`static_batching`), then checks the first call bitwise against one
-    unbatched `agent.sample_actions` call per row and falls back to 'map' (with a warning) if any differs.
-    `best_of_n` overrides the agent's number of candidates (None: the agent's own).
-    """
-
-    def __init__(self, agent, batching: str, best_of_n: Optional[int] = None):
-        self.agent, self.batching, self.best_of_n = agent, batching, best_of_n
+    def __init__(self, agent, best_of_n: Optional[int] = None):
+        self.agent, self.best_of_n = agent, best_of_n
 
     def __call__(self, observations: np.ndarray, goals: Optional[np.ndarray], streams: np.ndarray, rows: np.ndarray):
-        if self.batching != "auto":
-            return self._call(self.batching, observations, goals, streams)
-        cache_key = (
-            type(self.agent),
-            jax.tree_util.tree_structure(self.agent),
-            observations.shape,
-            observations.dtype.str,
-            None if goals is None else (goals.shape, goals.dtype.str),
-            self.best_of_n,
-            jax.default_backend(),
-        )
-        if cache_key in BATCHING_CACHE:
-            return self._call(BATCHING_CACHE[cache_key], observations, goals, streams)
-        goal = None if goals is None else goals[0]
-        candidate = static_batching(self.agent, observations[0], len(observations), goal, self.best_of_n)
-        for batching in dict.fromkeys([candidate, "map"]):
-            chunks, next_streams, keys = self._call(batching, observations, goals, streams)
-            single = [
-                np.asarray(
-                    self.agent.sample_actions(
-                        observations[e], keys[e], **policy_kwargs(None if goals is None else goals[e], self.best_of_n)
-                    )
-                )
-                for e in np.flatnonzero(rows)
-            ]
-            if all(np.array_equal(chunks[e], s) for e, s in zip(np.flatnonzero(rows), single, strict=True)):
-                BATCHING_CACHE[cache_key] = batching
-                return chunks, next_streams, keys
-            logger.warning(
-                "Batched policy rows (%s) differ from single calls of sample_actions on this backend.", batching
-            )
-        BATCHING_CACHE[cache_key] = "map"
-        return chunks, next_streams, keys
-
-    def _call(self, batching, observations, goals, streams):
-        chunks, next_streams, keys = _policy_rows(
-            self.agent, observations, goals, streams, batching=batching, best_of_n=self.best_of_n
-        )
-        return np.asarray(chunks), np.asarray(next_streams), np.asarray(keys)
+        out = _policy_rows(self.agent, observations, goals, streams, best_of_n=self.best_of_n)
+        return tuple(np.asarray(x) for x in out)
 
 
 def raw_key(key) -> np.ndarray:
