@@ -111,6 +111,10 @@ def define_flags(driver: str, flag_values=FLAGS):
     flags.DEFINE_integer("start_training", 5000, "Online environment step at which gradient updates start.", **fv)
     flags.DEFINE_integer("utd_ratio", 1, "Update-to-data ratio: gradient steps per online environment step, run as "
         "one lax.scan over UTD stacked batches.", **fv)  # fmt: skip
+    flags.DEFINE_string("compilation_cache_dir", None, "Folder of JAX's persistent compilation cache: a resumed or "
+        "requeued run, another seed or another sweep point of the same shapes then starts without compiling; safe to "
+        "share between processes. Default: $JAX_COMPILATION_CACHE_DIR when set, else $XDG_CACHE_HOME/qc/jax_cache "
+        "(~/.cache/qc/jax_cache). 'none' turns it off.", **fv)  # fmt: skip
     flags.DEFINE_integer("horizon_length", 5, "Action chunk length h (1: no chunking, plain single-step RL); copied "
         "into the agent config, which owns it from then on.", **fv)  # fmt: skip
     flags.DEFINE_bool("sparse", False, "Sparse reward r -> -(r != 0), applied to the offline data and to every "

@@ -278,6 +278,7 @@ RESUME_MAY_CHANGE = (
     "start_if_missing",
     "accept_changed_data",
     "accept_changed_agent",
+    "compilation_cache_dir",
 )
 # Flags holding paths: compared after normalisation (`exp` and `exp/` are one directory).
 PATH_FLAGS = ("save_dir", "dataset_path", "ogbench_dataset_dir", "agent_file")

@@ -23,6 +23,7 @@ from runner.cli import input_errors
 from utils import seeding
 from utils.datasets import Dataset
 from utils.device_sampler import ChunkWindows
+from utils.startup import compilation_cache_dir, use_compilation_cache
 
 
 @dataclasses.dataclass
@@ -330,6 +331,7 @@ def setup_runs(cfg) -> List[Run]:
     directories written. Every input error is raised as `InputError` before training starts."""
     from envs.env_utils import envs_for_seed, make_env_and_datasets
 
+    use_compilation_cache(compilation_cache_dir(cfg.compilation_cache_dir))  # before the first compilation
     with input_errors():
         check_sizes(cfg)
         configs = seed_configs(cfg)

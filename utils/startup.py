@@ -5,6 +5,7 @@ import argparse
 import os
 import sys
 import warnings
+from typing import Optional
 
 
 def exit_with_error(message: str):
@@ -60,3 +61,37 @@ def quiet_startup():
         )
     finally:
         absl_logger.setLevel(level)
+
+
+def compilation_cache_dir(flag: Optional[str]) -> Optional[str]:
+    """The folder `--compilation_cache_dir=flag` names: the flag, else `$JAX_COMPILATION_CACHE_DIR`, else
+    `$XDG_CACHE_HOME/qc/jax_cache` (`~/.cache/qc/jax_cache`); None for 'none' (no cache)."""
+    if flag is not None:
+        return None if flag.strip().lower() in ("none", "") else os.path.abspath(os.path.expanduser(flag))
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return os.environ["JAX_COMPILATION_CACHE_DIR"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "qc", "jax_cache")
+
+
+def use_compilation_cache(folder: Optional[str]):
+    """Turn JAX's persistent compilation cache on in `folder` (None: off), for every compilation, however short.
+    Call it before the first `jit` compiles: JAX decides once per process. Entries are keyed by the computation,
+    the JAX/XLA versions and the device, so a stale or foreign entry is never used; a file another process is
+    still writing fails to load and is compiled again (a warning, never a wrong result). A folder that cannot
+    be made is one warning line, and the run goes on without the cache."""
+    import jax
+
+    if folder is None:
+        jax.config.update("jax_compilation_cache_dir", None)
+        return
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        import logging
+
+        logging.getLogger(__name__).warning("no compilation cache: cannot make %s (%s).", folder, e.strerror or e)
+        return
+    jax.config.update("jax_compilation_cache_dir", folder)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
