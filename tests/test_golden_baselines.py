@@ -22,13 +22,14 @@ import numpy as np
 import pytest
 
 import agents.iql as iql
+import agents.rebrac as rebrac
 import utils.flax_utils as flax_utils
 from tests.golden_noise import NumpyNoise, authors_grad_norm, entries, flat_params, with_golden_params
 
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "fql_baselines_update.npz")
 NUM_UPDATES = 3
 # case -> the agent module that replays it.
-CASES = {"iql": iql, "iql_ddpg": iql}
+CASES = {"iql": iql, "iql_ddpg": iql, "rebrac": rebrac, "rebrac_ac": rebrac}
 # Logged on both sides under one name but defined differently: ours is the global L2 norm (utils/flax_utils.py).
 KNOWN_DIFFERENCES = {"grad/norm": authors_grad_norm}
 RTOL = 1e-5
@@ -109,6 +110,8 @@ def mismatches(agent, case, golden, monkeypatch):
             theirs = entries(golden, f"{case}/step{k}")
             missing = set(theirs) - set(info)
             assert not missing, f"update {k}: info keys the release logs and ours does not: {sorted(missing)}"
+            if "actor/full_update" in info:  # ReBRAC: the actor trains on the release's schedule
+                assert bool(info["actor/full_update"]) == bool(golden[f"{case}/full_update"][k]), f"update {k}"
             for key in sorted(theirs):
                 ours = KNOWN_DIFFERENCES[key](grads_seen[-1]) if key in KNOWN_DIFFERENCES else np.asarray(info[key])
                 if differs(ours, theirs[key]):
@@ -159,7 +162,18 @@ GUARDS = [
     ("iql", "Polyak rate 2 tau", dict(tau=0.01)),
     ("iql_ddpg", "expectile 0.89", dict(expectile=0.89)),
     ("iql_ddpg", "BC coefficient 0.31", dict(alpha=0.31)),
+    ("rebrac", "actor BC 0.11", dict(alpha_actor=0.11)),
+    ("rebrac_ac", "critic BC 0.051", dict(alpha_critic=0.051)),
+    ("rebrac", "target noise 0.21", dict(actor_noise=0.21)),
+    ("rebrac", "discount 0.995", dict(discount=0.995)),
+    ("rebrac", "Polyak rate 2 tau", dict(tau=0.01)),
 ]
+
+
+def test_rebrac_actor_schedule_guard_bites(golden, monkeypatch):
+    # actor_freq = 1 trains the actor on every update: the release's schedule (updates 0 and 2 critic-only) breaks.
+    with pytest.raises(AssertionError, match="update 0"):
+        mismatches(make_agent("rebrac", golden, actor_freq=1), "rebrac", golden, monkeypatch)
 
 
 @pytest.mark.parametrize("case, change, changes", GUARDS, ids=[f"{c}-{w}" for c, w, _ in GUARDS])
