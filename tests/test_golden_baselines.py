@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import agents.ifql as ifql
 import agents.iql as iql
 import agents.rebrac as rebrac
 import utils.flax_utils as flax_utils
@@ -29,7 +30,7 @@ from tests.golden_noise import NumpyNoise, authors_grad_norm, entries, flat_para
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "fql_baselines_update.npz")
 NUM_UPDATES = 3
 # case -> the agent module that replays it.
-CASES = {"iql": iql, "iql_ddpg": iql, "rebrac": rebrac, "rebrac_ac": rebrac}
+CASES = {"iql": iql, "iql_ddpg": iql, "rebrac": rebrac, "rebrac_ac": rebrac, "ifql": ifql}
 # Logged on both sides under one name but defined differently: ours is the global L2 norm (utils/flax_utils.py).
 KNOWN_DIFFERENCES = {"grad/norm": authors_grad_norm}
 RTOL = 1e-5
@@ -167,6 +168,9 @@ GUARDS = [
     ("rebrac", "target noise 0.21", dict(actor_noise=0.21)),
     ("rebrac", "discount 0.995", dict(discount=0.995)),
     ("rebrac", "Polyak rate 2 tau", dict(tau=0.01)),
+    ("ifql", "expectile 0.89", dict(expectile=0.89)),
+    ("ifql", "discount 0.995", dict(discount=0.995)),
+    ("ifql", "Polyak rate 2 tau", dict(tau=0.01)),
 ]
 
 
@@ -179,3 +183,19 @@ def test_rebrac_actor_schedule_guard_bites(golden, monkeypatch):
 @pytest.mark.parametrize("case, change, changes", GUARDS, ids=[f"{c}-{w}" for c, w, _ in GUARDS])
 def test_guard_bites(case, change, changes, golden, monkeypatch):
     assert mismatches(make_agent(case, golden, **changes), case, golden, monkeypatch), f"{change}: still passes"
+
+
+def test_ifql_without_chunking_at_h1_is_the_release(golden, monkeypatch):
+    # IFQL-n's switch (action_chunking=False) at h = 1 reads the same single action: the release's update again.
+    assert mismatches(make_agent("ifql", golden, action_chunking=False), "ifql", golden, monkeypatch) == []
+
+
+def test_ifql_eval_guard_bites(golden, monkeypatch):
+    # One Euler step more: the evaluation actions move (the eval comparison is not vacuous).
+    agent = with_golden_params(make_agent("ifql", golden), entries(golden, "ifql/params3"))
+    agent = agent.replace(config=flax.core.FrozenDict({**agent.config, "flow_steps": 4}))
+    noise = _patch_noise(ifql, monkeypatch)
+    noise.reset(2000)
+    with jax.disable_jit():
+        actions = agent.sample_actions(jnp.asarray(golden["eval/observations"]), jax.random.PRNGKey(0))
+    assert not np.allclose(np.asarray(actions), golden["ifql/eval/actions"], rtol=RTOL, atol=ATOL)
