@@ -23,6 +23,7 @@ Networks (one `ModuleDict`, one Adam optimizer): `value` (`Value`, one member), 
 (utils/flax_utils.py): the value loss reads the target critic, the critic loss `V(s')`, without `params=`.
 """
 
+from functools import partial
 from typing import Any
 
 import flax
@@ -137,9 +138,10 @@ class IFQLAgent(flax.struct.PyTreeNode):
         """`update` on each batch along the leading (UTD) axis `(U, B, ...)` in one `lax.scan`; info averaged."""
         return scan_updates(IFQLAgent._update, self, select_keys(stacked_batches, BATCH_KEYS))
 
-    @jax.jit
-    def sample_actions(self, observations, rng):
-        """Best of `num_samples` flow samples by `min_k Q_k`, chosen per observation (release `sample_actions`).
+    @partial(jax.jit, static_argnames=("best_of_n",))
+    def sample_actions(self, observations, rng, best_of_n=None):
+        """Best of N flow samples by `min_k Q_k`, chosen per observation (release `sample_actions`); N =
+        `best_of_n` when given (`--best_of_n_eval_values`), else `num_samples`.
 
         `observations` `(*B, *ob)` (`*B` may be empty) -> `(*B, h * A)` with `action_chunking`, else `(*B, A)`.
         Noises `(*B, N, h * A)` from `rng`, `flow_steps` Euler steps at `t = i / flow_steps`, clipped to [-1, 1].
@@ -148,7 +150,8 @@ class IFQLAgent(flax.struct.PyTreeNode):
         """
         cfg = self.config
         batch_axes = observations.ndim - len(cfg["ob_dims"])
-        n, action_dim = cfg["num_samples"], cfg["action_dim"] * policy_steps(cfg)
+        n = cfg["num_samples"] if best_of_n is None else best_of_n
+        action_dim = cfg["action_dim"] * policy_steps(cfg)
         actions = jax.random.normal(rng, (*observations.shape[:batch_axes], n, action_dim))  # (*B, N, hA)
         repeated = jnp.repeat(jnp.expand_dims(observations, batch_axes), n, axis=batch_axes)  # (*B, N, *ob)
         for i in range(cfg["flow_steps"]):

@@ -223,3 +223,17 @@ def test_sample_actions_shapes():
         assert actions.shape == (BATCH, width) and np.all(np.abs(actions) <= 1)
         assert np.asarray(agent.sample_actions(obs[0], jax.random.PRNGKey(0))).shape == (width,)
         assert module.SPEC.chunk_length(agent.config) == width // ACTION_DIM
+
+
+def test_ifql_best_of_n_override(monkeypatch):
+    # sample_actions(..., best_of_n=N) draws N candidates (--best_of_n_eval_values); without it, num_samples.
+    agent = make_agent(ifql, horizon_length=2, num_samples=3, flow_steps=1)
+    shapes = []
+    normal = ifql.jax.random.normal
+    monkeypatch.setattr(ifql.jax.random, "normal", lambda key, shape: shapes.append(shape) or normal(key, shape))
+    obs = make_batch(0, 2)["observations"]
+    with jax.disable_jit():
+        agent.sample_actions(obs, jax.random.PRNGKey(0))
+        actions = agent.sample_actions(obs, jax.random.PRNGKey(0), best_of_n=7)
+    assert [tuple(s) for s in shapes] == [(BATCH, 3, 2 * ACTION_DIM), (BATCH, 7, 2 * ACTION_DIM)]
+    assert actions.shape == (BATCH, 2 * ACTION_DIM)
