@@ -96,19 +96,19 @@ class ReBRACAgent(flax.struct.PyTreeNode):
         """
         cfg = self.config
         observations = batch["observations"]
-        mu = self.policy_actions(observations, params=grad_params)  # (B, A)
+        dist = self.network.select("actor")(observations, params=grad_params)
+        mu = jnp.tanh(dist.mode()) if cfg["tanh_squash"] else dist.mode()  # (B, A)
         q = self.network.select("critic")(observations, mu).min(axis=0)  # (B,)
         bc = jnp.square(mu - first_actions(batch["actions"], cfg)).sum(axis=-1)  # (B,)
         scale = jax.lax.stop_gradient(1 / jnp.abs(q).mean())
         actor_loss = -(scale * q).mean()
         bc_loss = (cfg["alpha_actor"] * bc).mean()
         total_loss = actor_loss + bc_loss
-        std = self.network.select("actor")(observations).scale_diag.mean()  # the fixed unit std
         return total_loss, {
             "actor/total_loss": total_loss,
             "actor/actor_loss": actor_loss,
             "actor/bc_loss": bc_loss,
-            "actor/std": std,
+            "actor/std": dist.scale_diag.mean(),  # the fixed unit std, as the release logs it
             "actor/mse": bc.mean(),
         }
 
