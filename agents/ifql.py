@@ -220,7 +220,7 @@ def get_config():
             num_samples=32,  # Flow samples N per decision (best-of-N by min_k Q_k).
             flow_steps=10,  # Euler steps of the flow.
             encoder=placeholder(str),  # Visual encoder of the release; none is implemented here: must stay None.
-            horizon_length=placeholder(int),  # Window (and chunk) length h; set by the driver from --horizon_length.
+            horizon_length=1,  # Window (and chunk) length h (IFQL: 1); --horizon_length overrides it.
             action_chunking=True,  # False: critic and policy see the first action only (IFQL-n).
             ob_dims=placeholder(tuple),  # Observation shape; filled in by create().
         )

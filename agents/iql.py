@@ -211,7 +211,7 @@ def get_config():
     """IQL hyperparameters: the FQL release's keys and defaults, plus the window and shape keys of this repository.
 
     The paper's settings (Li, Zhou, Levine 2025, appendix): expectile 0.9; alpha (AWR temperature) 0.3 on cube,
-    10 on scene and puzzle-3x3; h = 1 (`--horizon_length=1`).
+    10 on scene and puzzle-3x3; h = 1 (the default here; `--horizon_length` overrides it).
     """
     placeholder = ml_collections.config_dict.placeholder
     return ml_collections.ConfigDict(
@@ -230,7 +230,7 @@ def get_config():
             alpha=10.0,  # AWR temperature, or the BC coefficient of DDPG+BC.
             const_std=True,  # Fixed unit std of the actor (else a learned state-independent log std).
             encoder=placeholder(str),  # Visual encoder of the release; none is implemented here: must stay None.
-            horizon_length=placeholder(int),  # Window length h; set by the driver (1: the paper's IQL).
+            horizon_length=1,  # Window length h (the paper's IQL: 1); --horizon_length overrides it.
             ob_dims=placeholder(tuple),  # Observation shape; filled in by create().
             action_dim=placeholder(int),  # Action size; filled in by create().
         )

@@ -195,7 +195,8 @@ class ReBRACAgent(flax.struct.PyTreeNode):
 def get_config():
     """ReBRAC hyperparameters: the FQL release's keys and defaults, plus the window and shape keys of this repository.
 
-    The paper's setting (Li, Zhou, Levine 2025, appendix): `alpha_actor = 0.1` on every OGBench domain; h = 1.
+    The paper's setting (Li, Zhou, Levine 2025, appendix): `alpha_actor = 0.1` on every OGBench domain;
+    h = 1 (the default here; `--horizon_length` overrides it).
     """
     placeholder = ml_collections.config_dict.placeholder
     return ml_collections.ConfigDict(
@@ -217,7 +218,7 @@ def get_config():
             actor_noise=0.2,  # Std of the target-action and acting noise.
             actor_noise_clip=0.5,  # Clip of that noise.
             encoder=placeholder(str),  # Visual encoder of the release; none is implemented here: must stay None.
-            horizon_length=placeholder(int),  # Window length h; set by the driver (1: the paper's ReBRAC).
+            horizon_length=1,  # Window length h (the paper's ReBRAC: 1); --horizon_length overrides it.
             ob_dims=placeholder(tuple),  # Observation shape; filled in by create().
             action_dim=placeholder(int),  # Action size; filled in by create().
         )

@@ -237,3 +237,31 @@ def test_ifql_best_of_n_override(monkeypatch):
         actions = agent.sample_actions(obs, jax.random.PRNGKey(0), best_of_n=7)
     assert [tuple(s) for s in shapes] == [(BATCH, 3, 2 * ACTION_DIM), (BATCH, 7, 2 * ACTION_DIM)]
     assert actions.shape == (BATCH, 2 * ACTION_DIM)
+
+
+# ---------------------------------------------------------------- the driver keeps h = 1 unless told
+
+
+@pytest.mark.parametrize("agent_file", ["iql", "rebrac", "ifql"])
+def test_driver_keeps_the_baselines_h1_unless_horizon_length_is_passed(monkeypatch, agent_file):
+    """The paper's IQL, ReBRAC and IFQL are single-step: `--agent=agents/iql.py` alone must not train a 5-step one."""
+    import os
+
+    from runner.cli import InputError
+    from tests.test_cli import ROOT, parse
+
+    agent = f"--agent={os.path.join(ROOT, 'agents', agent_file + '.py')}"
+    assert parse(monkeypatch, "main", agent).horizon_length == 1
+    assert parse(monkeypatch, "main", agent, "--horizon_length=5").horizon_length == 5  # the flag wins
+    assert parse(monkeypatch, "main", agent, "--agent.horizon_length=3").horizon_length == 3
+    assert parse(monkeypatch, "main", agent, "--agent.horizon_length=3", "--horizon_length=3").horizon_length == 3
+    with pytest.raises(InputError, match="--agent.horizon_length=3 disagrees with --horizon_length=5"):
+        parse(monkeypatch, "main", agent, "--agent.horizon_length=3", "--horizon_length=5")
+
+
+def test_placeholder_agents_still_take_the_flags_default(monkeypatch):
+    from tests.test_cli import parse
+
+    assert parse(monkeypatch, "main").horizon_length == 5  # ACFQL (placeholder): --horizon_length's default
+    assert parse(monkeypatch, "main_online").horizon_length == 5  # ACRLPD
+    assert parse(monkeypatch, "main", "--horizon_length=1").horizon_length == 1
