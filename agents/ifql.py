@@ -243,6 +243,37 @@ def check_config(config):
     return c
 
 
+# ---- the paper's methods (Li, Zhou, Levine 2025, appendix D.3; docs/settings.md) -----------------------------
+
+# Per OGBench domain (the paper runs IFQL on OGBench only): --sparse. N = 32 and expectile 0.9 everywhere.
+PAPER_DOMAINS = {"scene": True, "puzzle-3x3": True, "cube-double": False, "cube-triple": False, "cube-quadruple": False}
+
+
+def _method(label, h, chunking):
+    per_domain = {
+        d: {"agent.num_samples": 32, "agent.expectile": 0.9, "sparse": sparse} for d, sparse in PAPER_DOMAINS.items()
+    }
+    settings = {"horizon_length": h, "agent.action_chunking": chunking}
+    return label.lower(), common.Method(label, settings, per_domain, source="arXiv 2507.07969, appendix D.3")
+
+
+METHODS = dict(
+    _method(*row)
+    for row in (
+        ("IFQL", 1, True),  # action_chunking changes nothing at h = 1: the config default
+        ("IFQL-n", 5, False),
+        ("QC-IFQL", 5, True),
+    )
+)
+
+
+def method_of(config):
+    """The paper method (`--method` name) a resolved config is: h > 1 and chunking; None if none."""
+    if int(config["horizon_length"]) == 1:
+        return "ifql"
+    return "qc-ifql" if config.get("action_chunking", True) else "ifql-n"
+
+
 SPEC = common.AgentSpec(
     name="ifql",
     agent_class=IFQLAgent,
@@ -250,5 +281,7 @@ SPEC = common.AgentSpec(
     check_config=check_config,
     drivers=("main",),
     batch_keys=BATCH_KEYS,
+    methods=METHODS,
+    method_of=method_of,
     short_names={"horizon_length": "h", "agent.num_samples": "N"},
 )

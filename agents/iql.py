@@ -253,6 +253,35 @@ def check_config(config):
     return c
 
 
+# ---- the paper's method (Li, Zhou, Levine 2025, appendix D.3; docs/settings.md) ------------------------------
+
+# Per OGBench domain (the paper runs IQL on OGBench only): --sparse and alpha, the AWR temperature.
+PAPER_DOMAINS = {
+    "scene": (True, 10.0),
+    "puzzle-3x3": (True, 10.0),
+    "cube-double": (False, 0.3),
+    "cube-triple": (False, 0.3),
+    "cube-quadruple": (False, 0.3),
+}
+
+METHODS = {
+    "iql": common.Method(
+        "IQL",
+        {"horizon_length": 1, "agent.actor_loss": "awr"},
+        {
+            d: {"agent.alpha": alpha, "agent.expectile": 0.9, "sparse": sparse}
+            for d, (sparse, alpha) in PAPER_DOMAINS.items()
+        },
+        source="arXiv 2507.07969, appendix D.3",
+    )
+}
+
+
+def method_of(config):
+    """`'iql'` for the paper's IQL (h = 1, AWR extraction); None otherwise (an n-step or DDPG+BC IQL)."""
+    return "iql" if int(config["horizon_length"]) == 1 and config.get("actor_loss") == "awr" else None
+
+
 SPEC = common.AgentSpec(
     name="iql",
     agent_class=IQLAgent,
@@ -260,5 +289,8 @@ SPEC = common.AgentSpec(
     check_config=check_config,
     drivers=("main",),
     batch_keys=BATCH_KEYS,
+    methods=METHODS,
+    method_of=method_of,
+    short_names={"horizon_length": "h"},
     chunk_length=lambda config: 1,
 )

@@ -241,6 +241,33 @@ def check_config(config):
     return c
 
 
+# ---- the paper's method (Li, Zhou, Levine 2025, appendix D.3, Table 4; docs/settings.md) ----------------------
+
+# Per OGBench domain (the paper runs ReBRAC on OGBench only): --sparse and alpha_actor, the actor's BC weight
+# (swept over {0.01, 0.03, 0.1, 0.3, 1}, 0.1 chosen everywhere). alpha_critic keeps the release's default 0.
+PAPER_DOMAINS = {
+    "scene": (True, 0.1),
+    "puzzle-3x3": (True, 0.1),
+    "cube-double": (False, 0.1),
+    "cube-triple": (False, 0.1),
+    "cube-quadruple": (False, 0.1),
+}
+
+METHODS = {
+    "rebrac": common.Method(
+        "ReBRAC",
+        {"horizon_length": 1},
+        {d: {"agent.alpha_actor": alpha, "sparse": sparse} for d, (sparse, alpha) in PAPER_DOMAINS.items()},
+        source="arXiv 2507.07969, appendix D.3 and Table 4",
+    )
+}
+
+
+def method_of(config):
+    """`'rebrac'` for the paper's ReBRAC (h = 1); None for an n-step ReBRAC."""
+    return "rebrac" if int(config["horizon_length"]) == 1 else None
+
+
 SPEC = common.AgentSpec(
     name="rebrac",
     agent_class=ReBRACAgent,
@@ -248,5 +275,8 @@ SPEC = common.AgentSpec(
     check_config=check_config,
     drivers=("main",),
     batch_keys=BATCH_KEYS,
+    methods=METHODS,
+    method_of=method_of,
+    short_names={"horizon_length": "h"},
     chunk_length=lambda config: 1,
 )
