@@ -84,14 +84,16 @@ class RunConfig:
             # An agent outside agents/ registers itself; a file that defines a registered name again is refused.
             agents.load_file(values["agent_file"])
             config = flag_values.agent.copy_and_resolve_references().to_dict()
-            # --agent.horizon_length alone counts as --horizon_length; both must agree.
+            # h: --horizon_length when passed; else --agent.horizon_length, else the agent's own default (IQL,
+            # ReBRAC, IFQL: 1), else (a placeholder, ACFQL, ACRLPD) the flag's default. Both passed must agree.
             agent_h, flag_h = config.get("horizon_length"), flag_values.horizon_length
-            if agent_h is not None and flag_values["horizon_length"].present and agent_h != flag_h:
+            agent_h_passed = "horizon_length" in flag_values["agent"].override_values
+            if agent_h_passed and flag_values["horizon_length"].present and agent_h != flag_h:
                 raise ValueError(
                     f"--agent.horizon_length={agent_h} disagrees with --horizon_length={flag_h}; set only "
                     "--horizon_length."
                 )
-            if agent_h is None and "horizon_length" in config:
+            if "horizon_length" in config and (agent_h is None or flag_values["horizon_length"].present):
                 config["horizon_length"] = flag_h
             spec = agents.REGISTRY.get(config.get("agent_name"))
             if spec is not None and "horizon_length" not in config and flag_values["horizon_length"].present:

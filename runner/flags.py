@@ -116,7 +116,8 @@ def define_flags(driver: str, flag_values=FLAGS):
         "share between processes. Default: $JAX_COMPILATION_CACHE_DIR when set, else $XDG_CACHE_HOME/qc/jax_cache "
         "(~/.cache/qc/jax_cache). 'none' turns it off.", **fv)  # fmt: skip
     flags.DEFINE_integer("horizon_length", 5, "Action chunk length h (1: no chunking, plain single-step RL); copied "
-        "into the agent config, which owns it from then on.", **fv)  # fmt: skip
+        "into the agent config, which owns it from then on. Not passed: the agent's own default where its config "
+        "has one (IQL, ReBRAC, IFQL: 1), else 5.", **fv)  # fmt: skip
     flags.DEFINE_bool("sparse", False, "Sparse reward r -> -(r != 0), applied to the offline data and to every "
         "online reward (the paper uses it for scene and puzzle-3x3).", **fv)  # fmt: skip
     flags.DEFINE_enum("success_timing", "post", ["post", "pre"], "OGBench: when reward and success are computed, "

@@ -1,9 +1,13 @@
-"""The golden tests' noise: `jax.random.normal` / `uniform` answered by one numpy RandomState (tests/data/README.md)."""
+"""The golden tests' noise: `jax.random.normal` / `uniform` answered by one numpy RandomState (tests/data/README.md),
+and the parameter helpers of tests/test_golden_baselines.py."""
 
 import sys
 
+import flax
+import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import traverse_util
 
 
 class NumpyNoise:
@@ -38,3 +42,34 @@ class NumpyNoise:
 
     def uniform(self, *args, **kwargs):
         return self._draw("uniform", *args, **kwargs)
+
+
+# ---- what the golden tests of the FQL release's baselines share (tests/test_golden_baselines.py) ----------------
+
+
+def entries(golden, prefix):
+    """`{rest: array}` for the golden keys `prefix/rest`."""
+    prefix = prefix + "/"
+    return {k[len(prefix) :]: v for k, v in golden.items() if k.startswith(prefix)}
+
+
+def flat_params(agent):
+    """The agent's parameters as `{'modules_x/.../kernel': array}` (the golden files' paths)."""
+    return traverse_util.flatten_dict(flax.serialization.to_state_dict(agent.network.params), sep="/")
+
+
+def with_golden_params(agent, theirs):
+    """`agent` with its parameters replaced by `theirs` (`{path: array}`, the same tree and shapes, else
+    AssertionError) and a fresh optimizer state."""
+    ours = flat_params(agent)
+    assert sorted(ours) == sorted(theirs), f"parameter trees differ: {sorted(set(ours) ^ set(theirs))}"
+    for path, value in ours.items():
+        assert value.shape == theirs[path].shape, f"{path}: ours {value.shape}, golden {theirs[path].shape}"
+    loaded = {path: jnp.asarray(theirs[path], dtype=value.dtype) for path, value in ours.items()}
+    params = flax.serialization.from_state_dict(agent.network.params, traverse_util.unflatten_dict(loaded, sep="/"))
+    return agent.replace(network=agent.network.with_params(params))
+
+
+def authors_grad_norm(grads):
+    """`grad/norm` as the FQL and Q-chunking releases log it: the sum of the per-leaf L2 norms."""
+    return float(sum(np.linalg.norm(np.asarray(g)) for g in jax.tree_util.tree_leaves(grads)))

@@ -29,7 +29,7 @@ from flax import traverse_util
 import agents.acfql as acfql
 import utils.flax_utils as flax_utils
 from agents.acfql import ACFQLAgent, get_config
-from tests.golden_noise import NumpyNoise
+from tests.golden_noise import NumpyNoise, authors_grad_norm, entries, flat_params
 
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "acfql_golden.npz")
 OB_DIM, ACTION_DIM, HORIZON, NUM_UPDATES = 7, 3, 3, 3
@@ -49,15 +49,10 @@ REQUIRED_INFO = {
 }
 
 
-def _authors_grad_norm(grads):
-    """`grad/norm` as the authors log it: the sum (an L1 norm) of the per-leaf L2 norms."""
-    return float(sum(np.linalg.norm(np.asarray(g)) for g in jax.tree_util.tree_leaves(grads)))
-
-
 # Info keys logged on both sides under one name but defined differently, with the authors' definition
 # evaluated on the gradient our update applied. grad/norm: ours is the global L2 norm of the gradient
 # (utils/flax_utils.py), the authors' the L1 norm of the vector of per-leaf L2 norms (3.5x larger here).
-KNOWN_DIFFERENCES = {"grad/norm": _authors_grad_norm}
+KNOWN_DIFFERENCES = {"grad/norm": authors_grad_norm}
 RTOL = 1e-5
 # Both sides run the same float32 operations (on CPU every compared value but grad/norm matched bit
 # for bit), so rtol alone would do there; atol only keeps entries whose exact value is ~0 (a
@@ -73,16 +68,6 @@ def golden():
         return {k: data[k] for k in data.files}
 
 
-def _entries(golden, prefix):
-    """`{rest: array}` for the golden keys `prefix/rest`."""
-    prefix = prefix + "/"
-    return {k[len(prefix) :]: v for k, v in golden.items() if k.startswith(prefix)}
-
-
-def _flat_params(agent):
-    return traverse_util.flatten_dict(flax.serialization.to_state_dict(agent.network.params), sep="/")
-
-
 def _make_agent(case, golden):
     """Our agent with the golden configuration and the authors' initial parameters."""
     config = get_config()
@@ -94,8 +79,8 @@ def _make_agent(case, golden):
         config[key] = value
     agent = ACFQLAgent.create(0, np.zeros(OB_DIM, np.float32), np.zeros(ACTION_DIM, np.float32), config)
 
-    ours = _flat_params(agent)
-    theirs = _entries(golden, f"{case}/params0")
+    ours = flat_params(agent)
+    theirs = entries(golden, f"{case}/params0")
     # The authors' best-of-N agent also builds a one-step actor it never uses: extra golden entries
     # are ignored, but every parameter of ours must come from the golden file with the same shape.
     missing = sorted(set(ours) - set(theirs))
@@ -127,22 +112,22 @@ def test_update_matches_authors(case, golden, monkeypatch):
 
     with jax.disable_jit():
         for k in range(NUM_UPDATES):
-            batch = {name: jnp.asarray(v) for name, v in _entries(golden, f"batch{k}").items()}
+            batch = {name: jnp.asarray(v) for name, v in entries(golden, f"batch{k}").items()}
             noise.reset(1000 + k)
             calls_before, grads_before = noise.calls, len(grads_seen)
             agent, info = agent.update(batch)
             assert noise.calls > calls_before, "the update drew no noise through the patched functions"
             assert len(grads_seen) == grads_before + 1, "the update applied no gradient through TrainState"
 
-            theirs = _entries(golden, f"{case}/step{k}")
+            theirs = entries(golden, f"{case}/step{k}")
             shared = sorted(set(info) & set(theirs))
             assert REQUIRED_INFO <= set(shared), f"info keys not on both sides: {REQUIRED_INFO - set(shared)}"
             for key in shared:
                 ours = KNOWN_DIFFERENCES[key](grads_seen[-1]) if key in KNOWN_DIFFERENCES else np.asarray(info[key])
                 np.testing.assert_allclose(ours, theirs[key], rtol=RTOL, atol=ATOL, err_msg=f"update {k}: {key}")
 
-    ours = _flat_params(agent)
-    theirs = _entries(golden, f"{case}/params3")
+    ours = flat_params(agent)
+    theirs = entries(golden, f"{case}/params3")
     assert any(p.startswith("modules_target_critic/") for p in ours)
     missing = sorted(set(ours) - set(theirs))
     assert not missing, f"parameters absent from the golden file's final parameters: {missing}"

@@ -23,13 +23,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import traverse_util
 
 import agents.dqc as dqc
 import utils.flax_utils as flax_utils
 import utils.goal_windows as goal_windows
 from agents.dqc import DQCAgent, get_config
-from tests.golden_noise import NumpyNoise
+from tests.golden_noise import NumpyNoise, authors_grad_norm, entries, flat_params, with_golden_params
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 UPDATE_GOLDEN = os.path.join(DATA, "dqc_update_golden.npz")
@@ -82,14 +81,9 @@ REQUIRED_INFO = {
 CHUNK_INFO = {"chunk_critic/critic_loss", "chunk_critic/q_mean", "chunk_critic/q_logit_mean"}
 
 
-def _authors_grad_norm(grads):
-    """`grad/norm` as the authors log it: the sum (an L1 norm) of the per-leaf L2 norms."""
-    return float(sum(np.linalg.norm(np.asarray(g)) for g in jax.tree_util.tree_leaves(grads)))
-
-
 # Logged on both sides under one name but defined differently (as in tests/test_golden.py): our grad/norm
 # is the global L2 norm (utils/flax_utils.py); the authors' is checked on the gradient our update applied.
-KNOWN_DIFFERENCES = {"grad/norm": _authors_grad_norm}
+KNOWN_DIFFERENCES = {"grad/norm": authors_grad_norm}
 RTOL = 1e-5
 # As in tests/test_golden.py: the same float32 operations run on both sides (on CPU every value matched to
 # the last bit or two), so atol only spares entries whose exact value is ~0 (a zero-initialised bias after
@@ -110,16 +104,6 @@ def windows_golden():
         return {k: data[k] for k in data.files}
 
 
-def _entries(golden, prefix):
-    """`{rest: array}` for the golden keys `prefix/rest`."""
-    prefix = prefix + "/"
-    return {k[len(prefix) :]: v for k, v in golden.items() if k.startswith(prefix)}
-
-
-def _flat_params(agent):
-    return traverse_util.flatten_dict(flax.serialization.to_state_dict(agent.network.params), sep="/")
-
-
 def _make_agent(case, golden):
     """Our agent with the golden configuration and the authors' initial parameters."""
     config = get_config()
@@ -127,13 +111,7 @@ def _make_agent(case, golden):
         config[key] = value
     ex_obs, ex_action, ex_goal = (np.zeros(n, np.float32) for n in (OB_DIM, ACTION_DIM, GOAL_DIM))
     agent = DQCAgent.create(0, ex_obs, ex_action, config, ex_goals=ex_goal)
-    ours, theirs = _flat_params(agent), _entries(golden, f"{case}/params0")
-    assert sorted(ours) == sorted(theirs), "parameter trees differ"
-    for path, value in ours.items():
-        assert value.shape == theirs[path].shape, f"{path}: ours {value.shape}, golden {theirs[path].shape}"
-    loaded = {path: jnp.asarray(theirs[path], dtype=value.dtype) for path, value in ours.items()}
-    params = flax.serialization.from_state_dict(agent.network.params, traverse_util.unflatten_dict(loaded, sep="/"))
-    return agent.replace(network=agent.network.with_params(params))
+    return with_golden_params(agent, entries(golden, f"{case}/params0"))
 
 
 def _mismatches(agent, case, golden, monkeypatch, batch_change=None):
@@ -161,7 +139,7 @@ def _mismatches(agent, case, golden, monkeypatch, batch_change=None):
     required = REQUIRED_INFO | (CHUNK_INFO if CASES[case]["use_chunk_critic"] else set())
     with jax.disable_jit():
         for k in range(NUM_UPDATES):
-            batch = {name: jnp.asarray(v) for name, v in _entries(golden, f"batch{k}").items()}
+            batch = {name: jnp.asarray(v) for name, v in entries(golden, f"batch{k}").items()}
             batch = batch_change(batch) if batch_change else batch
             noise.reset(1000 + k)
             calls_before, grads_before = noise.calls, len(grads_seen)
@@ -169,14 +147,14 @@ def _mismatches(agent, case, golden, monkeypatch, batch_change=None):
             assert noise.calls == calls_before + 2, "the update should draw one normal and one uniform"
             assert len(grads_seen) == grads_before + 1, "the update applied no gradient through TrainState"
 
-            theirs = _entries(golden, f"{case}/step{k}")
+            theirs = entries(golden, f"{case}/step{k}")
             assert required <= set(info) & set(theirs), f"info keys not on both sides: {required - set(info)}"
             for key in sorted(set(info) & set(theirs)):
                 ours = KNOWN_DIFFERENCES[key](grads_seen[-1]) if key in KNOWN_DIFFERENCES else np.asarray(info[key])
                 if differs(ours, theirs[key]):
                     bad.append(f"update {k}: {key} ours {ours} golden {theirs[key]}")
 
-    ours, theirs = _flat_params(agent), _entries(golden, f"{case}/params3")
+    ours, theirs = flat_params(agent), entries(golden, f"{case}/params3")
     assert sorted(ours) == sorted(theirs) and any(p.startswith("modules_target_action_critic/") for p in ours)
     bad += [f"params3: {path}" for path, value in ours.items() if differs(np.asarray(value), theirs[path])]
     return bad
@@ -195,8 +173,8 @@ def test_initial_parameters_are_the_authors(case, golden):
     for key, value in {**BASE, **CASES[case]}.items():
         config[key] = value
     ex_obs, ex_action, ex_goal = (np.zeros(n, np.float32) for n in (OB_DIM, ACTION_DIM, GOAL_DIM))
-    ours = _flat_params(DQCAgent.create(0, ex_obs, ex_action, config, ex_goals=ex_goal))
-    for path, theirs in _entries(golden, f"{case}/params0").items():
+    ours = flat_params(DQCAgent.create(0, ex_obs, ex_action, config, ex_goals=ex_goal))
+    for path, theirs in entries(golden, f"{case}/params0").items():
         np.testing.assert_array_equal(ours[path], theirs, err_msg=path)
 
 

@@ -66,7 +66,8 @@ CASES = [(m, d) for m, d in itertools.product(MAIN + ONLINE, PAPER)]
 
 def test_method_names():
     dqc = ["dqc", "dqc-h25-ha1", "dqc-h5-ha1", "qc-h25", "qc-h5", "qc-ns", "ns-n25", "ns-n5", "os"]
-    assert methods.method_names("main") == list(MAIN) + dqc and methods.method_names("main_online") == list(ONLINE)
+    main = list(MAIN) + dqc + ["ifql", "ifql-n", "qc-ifql", "iql", "rebrac"]  # the registry's (file) order
+    assert methods.method_names("main") == main and methods.method_names("main_online") == list(ONLINE)
 
 
 @pytest.mark.parametrize("method,domain", CASES)
@@ -363,3 +364,110 @@ def test_dqc_methods_evaluate_every_250k_steps_unless_told(method, monkeypatch):
     assert cfg.eval_interval == 5000 and cfg.setting_sources["eval_interval"] == "command line"
     cfg = parse(monkeypatch, "main", "--method=qc", "--env_name=cube-double-play-singletask-task2-v0")
     assert cfg.eval_interval == 100_000 and "eval_interval" not in cfg.setting_sources  # QC's paper: the default
+
+
+# ---------------------------------------------------------------- the baselines IQL, ReBRAC, IFQL, IFQL-n, QC-IFQL
+
+BASELINES = ("iql", "rebrac", "ifql", "ifql-n", "qc-ifql")
+# /work/shared/DESIGN.md section 13 (the paper's appendix D.3 and Table 4): what defines each method ...
+BASELINE_DEFINITION = {
+    "iql": {"horizon_length": 1, "agent.actor_loss": "awr"},
+    "rebrac": {"horizon_length": 1},
+    "ifql": {"horizon_length": 1, "agent.action_chunking": True},
+    "ifql-n": {"horizon_length": 5, "agent.action_chunking": False},
+    "qc-ifql": {"horizon_length": 5, "agent.action_chunking": True},
+}
+# ... and its per-domain values (OGBench only): IQL's AWR alpha, ReBRAC's actor BC alpha, sparse rewards.
+IQL_ALPHA = {"scene": 10.0, "puzzle-3x3": 10.0, "cube-double": 0.3, "cube-triple": 0.3, "cube-quadruple": 0.3}
+OGBENCH = ("scene", "puzzle-3x3", "cube-double", "cube-triple", "cube-quadruple", "cube-single")
+
+
+def expected_baseline(method, domain):
+    sparse = PAPER[domain][1]
+    per_domain = {
+        "iql": {"agent.alpha": IQL_ALPHA.get(domain, 0.3), "agent.expectile": 0.9},  # cube-single: cube-double's
+        "rebrac": {"agent.alpha_actor": 0.1},
+    }.get(method, {"agent.num_samples": 32, "agent.expectile": 0.9})
+    return {**BASELINE_DEFINITION[method], **per_domain, "sparse": sparse}
+
+
+@pytest.mark.parametrize("method", BASELINES)
+def test_baselines_on_every_ogbench_domain_are_the_paper_values(method):
+    for domain in OGBENCH:
+        values, sources = methods.resolve("main", method, PAPER[domain][0], {})
+        assert values == expected_baseline(method, domain), domain
+        assert set(sources.values()) == {"preset"}
+        for key, value in values.items():
+            assert type(value) is type(expected_baseline(method, domain)[key]), key
+    with pytest.raises(ValueError, match=f"--method={method}: the paper has no values for lift"):
+        methods.resolve("main", method, "lift-mh-low_dim", {})
+
+
+def test_baseline_labels_are_the_released_curves_names():
+    """Plots put a run beside the released curve of the same name (data/paper/ogbench-agg.csv)."""
+    import csv
+    import os
+
+    import agents
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "data", "paper", "ogbench-agg.csv")) as f:
+        released = {row["method"] for row in csv.DictReader(f)}
+    labels = {name: agents.method_owner(name).methods[name].label for name in BASELINES}
+    assert labels == {"iql": "IQL", "rebrac": "ReBRAC", "ifql": "IFQL", "ifql-n": "IFQL-n", "qc-ifql": "QC-IFQL"}
+    assert set(labels.values()) <= released
+
+
+@pytest.mark.parametrize(
+    "method,explicit",
+    [
+        ("iql", {"agent.alpha": 3.0}),
+        ("iql", {"agent.expectile": 0.7, "sparse": False}),
+        ("rebrac", {"agent.alpha_actor": 0.03}),
+        ("ifql", {"agent.num_samples": 8}),
+        ("qc-ifql", {"horizon_length": 3}),  # the paper's ablation over h keeps the method
+        ("ifql-n", {"horizon_length": 3, "agent.expectile": 0.8}),
+    ],
+)
+def test_baseline_explicit_value_wins(method, explicit):
+    values, sources = methods.resolve("main", method, "puzzle-3x3-play-singletask-task4-v0", explicit)
+    want = expected_baseline(method, "puzzle-3x3")
+    for key in want:
+        if key in explicit:
+            assert sources[key] == "command line" and key not in values, key
+        else:
+            assert sources[key] == "preset" and values[key] == want[key], key
+
+
+@pytest.mark.parametrize(
+    "method,explicit,named,becomes",
+    [
+        ("ifql", {"horizon_length": 5}, "--horizon_length=5 contradicts --method=ifql", "--method=qc-ifql"),
+        ("qc-ifql", {"horizon_length": 1}, "--horizon_length=1 contradicts --method=qc-ifql", "--method=ifql"),
+        ("qc-ifql", {"agent.action_chunking": False}, "--agent.action_chunking=False contradicts", "--method=ifql-n"),
+        ("ifql-n", {"agent.action_chunking": True}, "--agent.action_chunking=True contradicts", "--method=qc-ifql"),
+        ("iql", {"horizon_length": 5}, "--horizon_length=5 contradicts --method=iql", "no method of the paper"),
+        ("iql", {"agent.actor_loss": "ddpgbc"}, "--agent.actor_loss=ddpgbc contradicts", "no method of the paper"),
+        ("rebrac", {"horizon_length": 5}, "--horizon_length=5 contradicts --method=rebrac", "no method of the paper"),
+    ],
+)
+def test_baseline_contradictions(method, explicit, named, becomes):
+    with pytest.raises(ValueError) as e:
+        methods.resolve("main", method, "cube-double-play-singletask-task2-v0", explicit)
+    assert str(e.value).startswith(named) and becomes in str(e.value), str(e.value)
+
+
+def test_baseline_method_through_the_driver(monkeypatch):
+    """`--method=NAME` alone loads the agent and its paper values; one explicit flag wins and is recorded."""
+    from tests.test_cli import parse
+
+    cfg = parse(monkeypatch, "main", "--method=iql", "--env_name=cube-double-play-singletask-task2-v0")
+    assert cfg.agent["agent_name"] == "iql" and cfg.horizon_length == 1 and cfg.sparse is False
+    assert cfg.agent["alpha"] == 0.3 and cfg.agent["expectile"] == 0.9 and cfg.agent["actor_loss"] == "awr"
+    cfg = parse(monkeypatch, "main", "--method=rebrac", "--env_name=scene-play-singletask-task2-v0")
+    assert cfg.agent["alpha_actor"] == 0.1 and cfg.agent["alpha_critic"] == 0.0 and cfg.sparse is True
+    env = "--env_name=puzzle-3x3-play-singletask-task4-v0"
+    cfg = parse(monkeypatch, "main", "--method=ifql-n", env, "--agent.num_samples=8")
+    assert cfg.horizon_length == 5 and cfg.agent["action_chunking"] is False and cfg.agent["num_samples"] == 8
+    assert cfg.setting_sources["agent.num_samples"] == "command line" and cfg.setting_sources["sparse"] == "preset"
+    cfg = parse(monkeypatch, "main", "--method=qc-ifql", env)
+    assert cfg.horizon_length == 5 and cfg.agent["action_chunking"] is True and cfg.agent["num_samples"] == 32

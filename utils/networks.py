@@ -1,5 +1,6 @@
 """The one network stack the agents build on: `MLP`, `ensemblize`, the critic `Value`, the flow field
-`ActorVectorField` and the `TanhNormalActor`. `B`: any leading batch axes (the best-of-N axis included),
+`ActorVectorField`, the `TanhNormalActor` and the
+`GaussianActor` (IQL, ReBRAC). `B`: any leading batch axes (the best-of-N axis included),
 `D`: observation features, `A`: the (possibly chunked, `h * action_dim`) action size.
 """
 
@@ -127,3 +128,30 @@ class TanhNormalActor(nn.Module):
         log_stds = jnp.clip(log_stds, self.log_std_min, self.log_std_max)
         base = distrax.MultivariateNormalDiag(loc=means, scale_diag=jnp.exp(log_stds))
         return distrax.Transformed(base, distrax.Block(distrax.Tanh(), ndims=1))
+
+
+class GaussianActor(nn.Module):
+    """The FQL release's Gaussian policy (`utils/networks.py: Actor`, state-independent std), for IQL and ReBRAC:
+    `observations (B, D) -> distrax.MultivariateNormalDiag` of event shape `(A,)`, mean `mean_net(MLP(s))`
+    (`final_fc_init_scale` on the last layer), std `exp(clip(log_stds)) * temperature` with `log_stds` a learned
+    vector, or 0 with `const_std`. No tanh here: an agent that squashes applies `tanh` to the mean itself."""
+
+    hidden_dims: Sequence[int]
+    action_dim: int
+    layer_norm: bool = False
+    log_std_min: float = -5.0
+    log_std_max: float = 2.0
+    const_std: bool = True
+    final_fc_init_scale: float = 1e-2
+
+    def setup(self):
+        self.actor_net = MLP(self.hidden_dims, activate_final=True, layer_norm=self.layer_norm)
+        self.mean_net = nn.Dense(self.action_dim, kernel_init=default_init(self.final_fc_init_scale))
+        if not self.const_std:
+            self.log_stds = self.param("log_stds", nn.initializers.zeros, (self.action_dim,))
+
+    def __call__(self, observations, temperature=1.0):
+        means = self.mean_net(self.actor_net(observations))  # (B, A)
+        log_stds = jnp.zeros_like(means) if self.const_std else self.log_stds
+        log_stds = jnp.clip(log_stds, self.log_std_min, self.log_std_max)
+        return distrax.MultivariateNormalDiag(loc=means, scale_diag=jnp.exp(log_stds) * temperature)
