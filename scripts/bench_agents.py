@@ -26,6 +26,11 @@ observation 40, action 5):
   200k-row replay buffer and 10 evaluation episodes, with `--eval_envs` 1 and 10 (`--memory_dataset`: the
   README's generated dataset by default). The authors' code is not run here (it needs robomimic and a wandb
   login); docs/benchmarks.md gives its figure on the same job.
+* `startup`: seconds from starting `main.py` to its first gradient step, with an empty compilation cache
+  (`--compilation_cache_dir`, a fresh folder) and then with the one that first start filled, for the README's
+  main job (QC-FQL, 4x256 MLPs, cube-single task 1) and its CPU-sized DQC run (3x256 MLPs, cube-single
+  oraclerep), both on a 2-episode generated dataset (`--startup_repeats` warm starts each; the process is
+  stopped once the step is done).
 * `generation`: episodes/s of `python -m envs.generate_dataset` with `--num_workers` 1 and 2
   (`--gen_episodes` episodes of 1001 steps; the authors' repository has no generator: OGBench's own
   script is sequential, our W = 1).
@@ -55,14 +60,14 @@ from utils.startup import ArgumentParser  # noqa: E402
 
 QCFQL = dict(actor_type="distill-ddpg", alpha=100.0)
 METHODS = {"qc": dict(actor_type="best-of-n", actor_num_samples=32), "qcfql": QCFQL}
-SECTIONS = ("updates", "seeds", "dispatch", "eval", "memory", "generation")
+SECTIONS = ("updates", "seeds", "dispatch", "eval", "memory", "generation", "startup")
 ENV_NAME = "cube-double-play-singletask-task2-v0"
 
 
 def parse_args(argv=None):
     p = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sections", default="seeds,dispatch,eval,memory,generation",
-                   help="comma-separated sections: updates, seeds, dispatch, eval, memory, generation")  # fmt: skip
+                   help=f"comma-separated sections: {', '.join(SECTIONS)} (startup: only when named)")  # fmt: skip
     p.add_argument("--memory_dataset", default=os.path.expanduser("~/.ogbench/data/cube-single-play-v0.npz"),
                    help="memory section: the cube-single dataset (the README's main job generates it)")  # fmt: skip
     p.add_argument("--memory_steps", type=int, default=1000, help="memory section: offline and online steps (1000)")
@@ -81,12 +86,13 @@ def parse_args(argv=None):
     p.add_argument("--eval_envs", type=int, default=10, help="envs in lockstep of the batched evaluation")
     p.add_argument("--eval_async_envs", type=int, default=2, help="envs of the async batched evaluation (0: skip)")
     p.add_argument("--gen_episodes", type=int, default=4, help="episodes generated per worker count")
+    p.add_argument("--startup_repeats", type=int, default=2, help="startup section: warm starts per run")
     p.add_argument("--out", default=None, help="write the rows as JSON to this file")
     p.add_argument("--worker", default=None, help="internal: run one timing worker (update|loop|eval) and print JSON")
     p.add_argument("--side", default="ours", choices=("ours", "reference"), help="internal: the worker's code")
     args = p.parse_args(argv)
     for name in ("steps", "rows", "hidden", "layers", "batch", "eval_episodes", "eval_envs", "gen_episodes",
-                 "decisions"):  # fmt: skip
+                 "decisions", "startup_repeats"):  # fmt: skip
         if getattr(args, name) < 1:
             p.error(f"--{name} must be >= 1")
     if args.rows <= 5:
@@ -487,10 +493,59 @@ def section_generation(args, rows):
         _print(rows[-1])
 
 
+STARTUP_RUNS = {
+    "main job": ["--method=qc-fql", "--env_name=cube-single-play-singletask-task1-v0",
+                 "--agent.actor_hidden_dims=(256,256,256,256)", "--agent.value_hidden_dims=(256,256,256,256)"],
+    "DQC": ["--method=dqc", "--env_name=cube-single-play-oraclerep-v0", "--agent.actor_hidden_dims=(256,256,256)",
+            "--agent.value_hidden_dims=(256,256,256)", "--agent.batch_size=256"],
+}  # fmt: skip
+
+
+def _seconds_to_first_step(flags, data, cache, save):
+    """Start `main.py` for one offline step and time it until its progress line says the step is done."""
+    cmd = [sys.executable, "main.py", *flags, "--offline_steps=1", "--online_steps=0", "--progress=True",
+           f"--dataset_path={data}", f"--compilation_cache_dir={cache}", f"--save_dir={save}"]  # fmt: skip
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seconds, tail = None, []
+    for line in proc.stderr:
+        tail = (tail + [line])[-20:]
+        if "offline: 1/1 steps" in line:
+            seconds = time.perf_counter() - start
+            break
+    proc.kill()
+    proc.wait()
+    if seconds is None:
+        raise RuntimeError(f"{' '.join(cmd)} ended before its first step:\n{''.join(tail)}")
+    return seconds
+
+
+def section_startup(args, rows):
+    from envs.generate_dataset import generate_dataset
+    from utils.startup import quiet_startup
+
+    quiet_startup()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "cube-single-play-v0.npz")
+        generate_dataset("cube-single-play-v0", num_episodes=2, seed=0, save_path=data, progress=False)
+        for name, flags in STARTUP_RUNS.items():
+            cache = os.path.join(tmp, f"cache_{len(rows)}")
+            cold = _seconds_to_first_step(flags, data, cache, os.path.join(tmp, "exp"))
+            warm = min(_seconds_to_first_step(flags, data, cache, os.path.join(tmp, "exp"))
+                       for _ in range(args.startup_repeats))  # fmt: skip
+            for setting, seconds in (("cold cache", cold), ("warm cache", warm)):
+                rows.append(dict(section="startup", setting=f"{name}, {setting}", unit="s to the first step",
+                                 ours=seconds))  # fmt: skip
+                _print(rows[-1])
+            rows.append(dict(section="startup", setting=f"{name}, warm/cold", unit="ratio", ours=warm / cold))
+            _print(rows[-1])
+
+
 def _print(row):
     ref = row.get("reference")
     ref_text = "-" if ref is None else f"{ref:.3f}"
-    line = f"  {row['section']:10s} {row['setting']:16s} ours {row['ours']:9.3f}   authors {ref_text:>9s}"
+    line = f"  {row['section']:10s} {row['setting']:24s} ours {row['ours']:9.3f}   authors {ref_text:>9s}"
     print(f"{line}   {row['unit']}", flush=True)
 
 
@@ -501,7 +556,7 @@ def main(args):
     print(f"QC-FQL {args.layers}x{args.hidden}, batch {args.batch}, h=5, obs 40, action 5")
     rows = []
     sections = {"updates": section_updates, "seeds": section_seeds, "dispatch": section_dispatch, "eval": section_eval,
-                "memory": section_memory, "generation": section_generation}  # fmt: skip
+                "memory": section_memory, "generation": section_generation, "startup": section_startup}  # fmt: skip
     for name in args.sections.split(","):
         sections[name](args, rows)
     print(f"load {os.getloadavg()[0]:.2f}")
