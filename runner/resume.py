@@ -282,6 +282,9 @@ RESUME_MAY_CHANGE = (
 )
 # Flags holding paths: compared after normalisation (`exp` and `exp/` are one directory).
 PATH_FLAGS = ("save_dir", "dataset_path", "ogbench_dataset_dir", "agent_file")
+# Flags that say only where a run or its data lives: a run copied or moved elsewhere (or its data) resumes where it
+# now is; `flags.json` records each move (`moves`). The data itself is compared by size and sha256.
+LOCATION_FLAGS = ("save_dir", "dataset_path", "ogbench_dataset_dir")
 # Agent config keys filled in by create(): not set by the user.
 FILLED_KEYS = ("ob_dims", "action_dim", "target_entropy")
 
@@ -338,13 +341,23 @@ def changed_settings(record: Dict, flag_values: Dict, agent: Dict) -> List[str]:
     changed = [
         f"--{k}: {old.get(k)!r} then, {new.get(k)!r} now"
         for k in sorted(set(old) | set(new))
-        if k not in RESUME_MAY_CHANGE and old.get(k) != new.get(k)
+        if k not in RESUME_MAY_CHANGE and k not in LOCATION_FLAGS and old.get(k) != new.get(k)
     ]
     old_agent, new_agent = _comparable(record.get("agent", {})), _comparable(agent)
     for k in sorted(new_agent):
         if k not in FILLED_KEYS and new_agent[k] is not None and old_agent.get(k) != new_agent[k]:
             changed.append(f"--agent.{k}: {old_agent.get(k)!r} then, {new_agent[k]!r} now")
     return changed
+
+
+def moves(record: Dict, flag_values: Dict) -> List[Dict]:
+    """The run's `moves` record: the earlier ones, plus `{flag: {'then', 'now'}}` for every `LOCATION_FLAGS` flag
+    whose (normalised) path differs between the run's `record` and this start."""
+    old, new = _comparable(record.get("flags", {}), LOCATION_FLAGS), _comparable(flag_values, LOCATION_FLAGS)
+    earlier = record.get("moves", [])
+    earlier = earlier if isinstance(earlier, list) else []
+    moved = {k: {"then": old.get(k), "now": new.get(k)} for k in LOCATION_FLAGS if old.get(k) != new.get(k)}
+    return earlier + [moved] if moved else earlier
 
 
 def run_dir_of(cfg) -> str:
@@ -444,9 +457,10 @@ def check_datasets(run_dir: str, record: Optional[Dict], datasets: List[Dict], a
     if record is None:
         return []
     history = list(record.get("dataset_history", []))
+    # The data is its content: a file that moved (another path, the same size and sha256) is the same data.
     old = [{k: d.get(k) for k in DATA_KEYS} for d in record.get("datasets", []) if d.get("role", "train") == "train"]
     new = [{k: d.get(k) for k in DATA_KEYS} for d in datasets if d.get("role", "train") == "train"]
-    if old == new:
+    if [(d["size_bytes"], d["sha256"]) for d in old] == [(d["size_bytes"], d["sha256"]) for d in new]:
         return history
     if not accept_changed:
         what = []

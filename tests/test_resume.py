@@ -9,6 +9,7 @@ status 3, then exact continuation), a finished run left alone, and damaged state
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -92,12 +93,22 @@ def test_a_signal_writes_state_mid_episode_then_resumes(tmp_path, dataset_path, 
     assert (meta["phase"], meta["step_in_phase"]) == ("online", 121)
     episode = meta["collector"]["episode"]
     assert len(episode["actions"]) == 121 and len(episode["queue"]) == 2
-    _run("main.py", str(tmp_path), "t", dataset_path, *MAIN, "--resume")
+    # The run and its data then move, as a cluster user copies them off node-local scratch (signal: copied,
+    # interrupt: moved); the run resumes where it now is, on the same data, and records the move.
+    save, data = str(tmp_path / "elsewhere"), str(tmp_path / "data" / "cube-single-play-v0.npz")
+    relocate = shutil.copytree if kind == "signal" else shutil.move
+    relocate(run_dir, os.path.join(save, "g", "t"))
+    os.makedirs(os.path.dirname(data))
+    shutil.copy(dataset_path, data)
+    run_dir, _ = _run("main.py", save, "t", data, *MAIN, "--resume")
     assert_same_run(reference_runs["main"], run_dir, 456)
+    with open(os.path.join(run_dir, "flags.json")) as f:
+        (move,) = json.load(f)["moves"]
+    assert move["save_dir"] == {"then": str(tmp_path), "now": save} and move["dataset_path"]["now"] == data
     # A finished run is left alone, and refused for other settings (its results were not made with them).
-    _, result = _run("main.py", str(tmp_path), "t", dataset_path, *MAIN, "--resume")
+    _, result = _run("main.py", save, "t", data, *MAIN, "--resume")
     assert "has finished" in result.stderr
-    _, result = _run("main.py", str(tmp_path), "t", dataset_path, *MAIN, "--resume", "--agent.lr=0.001", expect=2)
+    _, result = _run("main.py", save, "t", data, *MAIN, "--resume", "--agent.lr=0.001", expect=2)
     # Start-up warnings about the settings (here: intervals the tiny run never reaches) may come first; the
     # refusal is the one error line, and the last.
     error = result.stderr.splitlines()[-1]
