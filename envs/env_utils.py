@@ -296,6 +296,7 @@ def make_env_and_datasets(
         if len(train_paths) > 1:
             if dataset_proportion < 1.0:
                 raise ValueError("dataset_proportion < 1 is not supported with a sharded dataset.")
+            ogbench_utils.check_shards(train_paths)  # every shard, before the first loads and any run folder exists
             next_shard = ShardCycler(train_paths, env_name, sparse, action_clip_eps, dataset_success_timing)
 
         def load(path):

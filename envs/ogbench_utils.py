@@ -460,6 +460,63 @@ def _missing_file_error(path: str, dataset_name: str, goal_conditioned: bool = F
     )
 
 
+def _looks_like_npz(path: str) -> bool:
+    """False for a file whose first bytes are neither a zip archive's nor a `.npy` array's (a text or pickle file);
+    an empty or cut file passes, to be reported as truncated when it is read."""
+    with open(path, "rb") as f:
+        head = f.read(6)
+    return not head or head.startswith(b"PK") or head == b"\x93NUMPY"
+
+
+def npz_layout(path: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """`{name: (shape, dtype)}` of every array of the npz archive at `path`, read from the array headers only
+    (no data is loaded). `ValueError` naming the file when it is not an npz (zip) archive or a header is
+    damaged."""
+    if not _looks_like_npz(path):
+        raise ValueError(f"Dataset file {path} is not an npz archive (its bytes are not a zip file's).")
+    layout = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for member in archive.namelist():
+                if not member.endswith(".npy"):
+                    continue
+                with archive.open(member) as f:
+                    version = np.lib.format.read_magic(f)
+                    read = (
+                        np.lib.format.read_array_header_1_0
+                        if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0
+                    )
+                    shape, _, dtype = read(f)
+                layout[member[: -len(".npy")]] = (shape, dtype)
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, zlib.error) as e:
+        raise ValueError(f"Dataset file {path} is truncated or corrupt ({type(e).__name__}: {e}).") from None
+    return layout
+
+
+def check_shards(paths: list[str]) -> None:
+    """Every shard after the first holds the first one's arrays, with its per-row shapes and dtypes (one domain's
+    data), read from the headers before anything loads: `ValueError` naming the first shard that does not. The
+    first shard is checked in full when it loads (`read_trajectories`, and its fit to the env)."""
+    # The per-row arrays (numbers, one row per step); metadata (strings, 0-d) may differ between shards.
+    first = {k: v for k, v in npz_layout(paths[0]).items() if len(v[0]) >= 1 and v[1].kind in "biuf"}
+    for path in paths[1:]:
+        layout = npz_layout(path)
+        missing = sorted(set(first) - set(layout))
+        if missing:
+            raise ValueError(
+                f"Dataset shard {path} lacks key(s) {missing} that the first shard {paths[0]} has; all shards of a "
+                "run must come from one dataset."
+            )
+        for key, (shape, dtype) in first.items():
+            if layout[key][0][1:] != shape[1:] or layout[key][1] != dtype:
+                raise ValueError(
+                    f"Dataset shard {path}: {key!r} is {layout[key][1]} of shape (rows, "
+                    f"{', '.join(map(str, layout[key][0][1:]))}), the first shard {paths[0]} has {dtype} of "
+                    f"(rows, {', '.join(map(str, shape[1:]))}); all shards of a run must come from one dataset."
+                )
+
+
 def read_trajectories(
     path: str, dataset_name: str, needs_buttons: bool, goal_conditioned: bool = False
 ) -> dict[str, np.ndarray]:
@@ -467,6 +524,8 @@ def read_trajectories(
     if not os.path.isfile(path):
         raise _missing_file_error(path, dataset_name, goal_conditioned)
     regenerate = f"Delete it and get it again.\n{_ways_to_get(path, dataset_name, goal_conditioned)}"
+    if not _looks_like_npz(path):  # numpy would try it as a pickle, and advise allow_pickle
+        raise ValueError(f"Dataset file {path} is not an npz archive (its bytes are not a zip file's). {regenerate}")
     keys = TRAJECTORY_KEYS + (("button_states",) if needs_buttons else ())
     read_errors = (zipfile.BadZipFile, EOFError, OSError, ValueError, zlib.error, KeyError)
     try:

@@ -626,3 +626,37 @@ def test_if_missing_generates_once_then_leaves_the_file_alone(cube_file, tmp_pat
     assert again.returncode == 0, again.stderr
     assert again.stdout == f"{target} is there already: nothing generated (--if_missing).\n"
     assert target.read_bytes() == b"a dataset a run trained on"
+
+
+def test_every_shard_is_checked_before_the_first_loads(cube_file, tmp_path):
+    """Issue 29: a later shard of another domain, without `qpos`, or not an npz at all, is named at start-up (not a
+    traceback at the first switch, hours in); a text file never gets numpy's allow_pickle advice."""
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    shutil.copy(cube_file, shards / "cube-single-play-v0-000.npz")
+    second = shards / "cube-single-play-v0-001.npz"
+    with np.load(cube_file) as npz:
+        arrays = dict(npz)
+    other = {**arrays, "observations": np.zeros((len(arrays["observations"]), 7), np.float32)}
+    cases = [
+        (other, "'observations' is float32 of shape (rows, 7), the first shard"),
+        ({k: v for k, v in arrays.items() if k != "qpos"}, "lacks key(s) ['qpos'] that the first shard"),
+        ({**arrays, "actions": arrays["actions"].astype(np.float64)}, "'actions' is float64 of shape"),
+    ]
+    for content, message in cases:
+        np.savez(second, **content)
+        with pytest.raises(ValueError) as e:
+            make_env_and_datasets(CUBE_ENV, dataset_dir=str(shards))
+        assert f"Dataset shard {second}: " in str(e.value) or f"Dataset shard {second} " in str(e.value)
+        assert message in str(e.value) and "allow_pickle" not in str(e.value)
+    second.write_text("observations,actions\n0,1\n")
+    with pytest.raises(ValueError, match=f"Dataset file {second} is not an npz archive"):
+        make_env_and_datasets(CUBE_ENV, dataset_dir=str(shards))
+    np.savez(second, **arrays)  # the same layout: accepted
+    assert make_env_and_datasets(CUBE_ENV, dataset_dir=str(shards)).next_shard is not None
+    # The first (or only) file in text: one line naming it, no pickle advice.
+    text = tmp_path / "cube-single-play-v0.npz"
+    text.write_text("not data\n")
+    with pytest.raises(ValueError) as e:
+        make_env_and_datasets(CUBE_ENV, dataset_path=str(text))
+    assert f"Dataset file {text} is not an npz archive" in str(e.value) and "allow_pickle" not in str(e.value)
