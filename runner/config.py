@@ -118,8 +118,8 @@ class RunConfig:
             run_config.validate()
         return run_config
 
-    def validate(self):
-        """Raise `ValueError` naming the flag for every out-of-range value or impossible run."""
+    def check_seeds(self):
+        """`ValueError` for a `--seed` or `--seed`/`--num_seeds` pair outside the seeds a run can have."""
         seeding.check_seed(self.seed)
         if self.num_seeds < 1:
             raise ValueError(f"--num_seeds={self.num_seeds} must be >= 1.")
@@ -128,6 +128,10 @@ class RunConfig:
                 f"--seed={self.seed} --num_seeds={self.num_seeds}: the last seed, {self.seed + self.num_seeds - 1}, "
                 "is outside [0, 2**32)."
             )
+
+    def validate(self):
+        """Raise `ValueError` naming the flag for every out-of-range value or impossible run."""
+        self.check_seeds()
         if self.updates_per_dispatch < 1:
             raise ValueError(f"--updates_per_dispatch={self.updates_per_dispatch} must be >= 1.")
         if self.offline_sampler == "device" and self.updates_per_dispatch == 1 and self.offline_steps > 0:

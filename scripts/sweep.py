@@ -45,6 +45,7 @@ status 2.
 """
 
 import argparse
+import collections
 import dataclasses
 import datetime
 import importlib.util
@@ -379,6 +380,15 @@ def build_runs(args, fixed: List[str]) -> List[SweepRun]:
     if tasks is not None and "env_name" in keys:
         raise InputError("--tasks and --grid=env_name=... together: list the env names with their tasks instead")
     check_flags(driver, axes, fixed)
+    size = math.prod(len(a.values) for a in axes) * len(tasks or [None]) * len(seeds)
+    if size > LARGE_SWEEP and not args.dry_run and args.confirm_runs != size:
+        raise InputError(
+            f"this sweep would start {size} runs (more than {LARGE_SWEEP}); look at it with --dry_run, then pass "
+            f"--confirm_runs={size} to start it"
+        )
+    if size >= 100:  # where checking them takes a while: say first what it is checking
+        print(f"sweep {args.sweep_name}: {size} runs of {driver}.py ({size // len(seeds)} setting(s) x "
+              f"{len(seeds)} seed(s)); checking them with the driver", file=sys.stderr, flush=True)  # fmt: skip
     sweep = args.sweep_name
     from runner.flags import DEFAULT_ENV
 
@@ -455,10 +465,11 @@ def build_runs(args, fixed: List[str]) -> List[SweepRun]:
                 runs.append(make_run(swept, run_flags, name, seed, 1, name, group_name=group_name))
     if not runs:
         raise InputError("the sweep has no runs")
-    duplicates = sorted({n for n in names if names.count(n) > 1})
+    counts = collections.Counter(names)
+    duplicates = sorted(n for n, c in counts.items() if c > 1)
     if duplicates:
         raise InputError(
-            f"run name {duplicates[0]} is given to {names.count(duplicates[0])} runs (values that differ only in "
+            f"run name {duplicates[0]} is given to {counts[duplicates[0]]} runs (values that differ only in "
             f"characters outside [{NAME_CHARS}]?); make the grid values distinct"
         )
     assert len({r.name for r in runs}) == len(runs)
@@ -472,6 +483,9 @@ def build_runs(args, fixed: List[str]) -> List[SweepRun]:
 
 
 _Parser = ArgumentParser  # one `error:` line (utils.startup); scripts/reproduce.py builds its parser with it
+
+
+LARGE_SWEEP = 1000  # runs: more need --confirm_runs
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -524,6 +538,14 @@ def make_parser() -> argparse.ArgumentParser:
     add("--executor", choices=("local", "slurm"), default="local", help="Where the runs execute (default: local).")
     add("--dry_run", action="store_true", help="Print each run's command (one a line, shell-quoted) and exit.")
     add(
+        "--confirm_runs",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"A sweep of more than {LARGE_SWEEP} runs starts only with --confirm_runs=N, N its number of runs (the "
+        "first line of every sweep, --dry_run included, says it).",
+    )
+    add(
         "--max_requeues",
         type=int_at_least(0),
         default=10,
@@ -544,12 +566,23 @@ def check_with_driver(driver: str, runs: List[SweepRun]):
     """
     from runner import cli, resume, setup
     from runner.config import config_from_argv
+    from utils.progress import progress
 
-    differ = []
-    for run in runs:
+    differ, parsed = [], {}
+    for run in progress(runs, desc="checking runs", unit="runs", delay=3, disable=len(runs) < 100):
+        # Seeds, run names and the sweep record change no check: each setting is parsed once, then only they change.
+        per_run = {f"--{k}=": k for k in ("seed", "run_name", "sweep_info")}
+        setting = tuple(a for a in run.command[2:] if not a.startswith(tuple(per_run)))
+        if setting not in parsed:
+            try:
+                parsed[setting] = config_from_argv(driver, run.command[2:])
+            except cli.InputError as e:
+                raise InputError(f"run {run.name}: the driver would refuse it: {e}") from None
+        own = {per_run[p]: a[len(p) :] for a in run.command[2:] for p in per_run if a.startswith(p)}
+        cfg = parsed[setting].replace(**{**own, "seed": int(own["seed"])})
         try:
-            cfg = config_from_argv(driver, run.command[2:])
-        except cli.InputError as e:
+            cfg.check_seeds()
+        except ValueError as e:
             raise InputError(f"run {run.name}: the driver would refuse it: {e}") from None
         try:
             resume.check_group_members(setup.seed_configs(cfg))

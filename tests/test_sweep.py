@@ -816,3 +816,23 @@ def test_local_sweep_of_the_real_driver(tmp_path):
     again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "nothing to do" in again.stdout, again.stdout + again.stderr
     assert again.stderr.count("skip (finished") == 2
+
+
+def test_a_large_sweep_says_its_size_first_and_needs_confirming(capsys, tmp_path):
+    """Issue 29: 10,000 seeds are checked as one setting (seeds change no check) and say their number first; more
+    than 1000 runs start only with --confirm_runs=<their number>."""
+    commands, err = _dry_run(capsys, "--seeds=0-9999")
+    assert len(commands) == 10000 and [_flag(c, "seed") for c in commands[:2]] == ["0", "1"]
+    assert err.startswith("sweep s: 10000 runs of main.py (1 setting(s) x 10000 seed(s)); checking them")
+    save = f"--save_dir={tmp_path}"
+    for extra in ([], ["--confirm_runs=1999"]):
+        line = _error(capsys, "--driver=main.py", "--sweep_name=s", save, "--seeds=0-1999", *extra, "--", ENV)
+        assert "this sweep would start 2000 runs (more than 1000); look at it with --dry_run, then pass " in line
+        assert line.endswith("--confirm_runs=2000 to start it")
+    assert not os.path.exists(os.path.join(tmp_path, "s"))  # nothing started
+    # Each setting is still checked: the second of two, with 300 seeds each, is refused naming its first run.
+    rc = sweep.main(["--driver=main.py", "--dry_run", "--sweep_name=s", "--seeds=0-299", "--grid=agent.batch_size=8,0",
+                     "--", ENV])  # fmt: skip
+    size, error = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and size.startswith("sweep s: 600 runs of main.py (2 setting(s) x 300 seed(s))")
+    assert error.startswith("error: run cube-double-t2_bs0_sd0: the driver would refuse it: --agent.batch_size")

@@ -21,11 +21,12 @@ def _is_terminal(stream) -> bool:
 class PlainProgress:
     """tqdm's interface (`update`, `close`, iteration, context manager) writing plain lines to `file`."""
 
-    def __init__(self, iterable=None, total=None, desc="", initial=0, unit="it", leave=True, file=None, **_):
+    def __init__(self, iterable=None, total=None, desc="", initial=0, unit="it", leave=True, file=None, delay=0, **_):
         self.iterable, self.desc, self.unit, self.leave = iterable, desc or "progress", unit, leave
         self.total = len(iterable) if total is None and hasattr(iterable, "__len__") else total
         self.n = self._start = initial
         self.file = file or sys.stderr
+        self.delay = delay  # as tqdm's: no line in the first `delay` seconds
         self._t0 = self._last = time.monotonic()
         self._next_tenth = self._tenth_after(initial)
 
@@ -47,7 +48,8 @@ class PlainProgress:
             return
         due = self._next_tenth is not None and self.n >= self._next_tenth
         if due or time.monotonic() - self._last >= PLAIN_EVERY_S:
-            self._line()
+            if time.monotonic() - self._t0 >= self.delay:
+                self._line()
             self._next_tenth = self._tenth_after(self.n)
 
     def __iter__(self):
@@ -72,5 +74,5 @@ def progress(iterable=None, disable=False, file=None, **kwargs):
         return tqdm(iterable, disable=True, **kwargs)
     if _is_terminal(stream):
         return tqdm(iterable, file=stream, dynamic_ncols=True, **kwargs)
-    plain = {k: v for k, v in kwargs.items() if k in ("total", "desc", "initial", "unit", "leave")}
+    plain = {k: v for k, v in kwargs.items() if k in ("total", "desc", "initial", "unit", "leave", "delay")}
     return PlainProgress(iterable, file=stream, **plain)
