@@ -56,6 +56,23 @@ OWN_OPTIONS = {
 }
 _ALTERNATIVES = {"mem-per-cpu": "--mem", "mem-per-gpu": "--mem", "cpus-per-gpu": "--cpus-per-task"}
 GPU_OPTIONS = ("gpus", "gpus-per-task", "gpus-per-socket", "gres", "tres-per-task", "tres-per-node")
+# What the job script relies on (docs/sweeps.md, section 9): the submitting shell's environment, its working
+# directory and user, and a submission that returns. Options that take one of them away are refused, naming what
+# the job would lose (--export only when its list leaves out ALL).
+INHERITED = "PATH and the venv, JAX_PLATFORMS, CUDA_VISIBLE_DEVICES, XLA_*, WANDB_*"
+BREAKS_CONTRACT = {
+    "export": f"the job would not inherit this shell's environment ({INHERITED}); keep ALL in the list, e.g. "
+    "--sbatch=--export=ALL,VAR=value",
+    "get-user-env": f"the job would start from the login environment, not this shell's ({INHERITED})",
+    "chdir": "the sweep fixes each run's working directory (this shell's) and its relative paths",
+    "uid": "the job would run as another user, who cannot write this user's run folders and locks",
+    "gid": "the job would run in another group, which may not write this user's run folders and locks",
+    "wait": "sbatch would not return until the whole array has ended",
+}
+# Options that keep the contract but may change what the job gets: allowed, with one warning line each.
+CHANGES_CONTRACT = {
+    "export-file": f"variables in that file replace this shell's of the same name ({INHERITED} included)",
+}
 # Options that are nothing without a value (a bare `#SBATCH --gres` line).
 VALUE_OPTIONS = GPU_OPTIONS + ("exclude", "nodelist", "reservation", "wckey", "licenses", "comment", "cluster")
 _OPTION_RE = re.compile(r"^(?:--)?([a-z][a-z0-9-]*)(?:[= ](.*))?$", re.S)
@@ -154,6 +171,10 @@ def parse_sbatch_options(options: List[str]) -> Dict[str, object]:
                 raise InputError(f"--sbatch={text}: the sweep writes {_ALTERNATIVES[key]}, which SLURM does not take "
                                  f"beside --{key}{instead}")  # fmt: skip
             raise InputError(f"--sbatch={text}: the sweep writes --{key} itself{instead}")
+        if key in BREAKS_CONTRACT and not (key == "export" and "ALL" in (value or "").upper().split(",")):
+            raise InputError(f"--sbatch={text}: {BREAKS_CONTRACT[key]}")
+        if key in CHANGES_CONTRACT:
+            print(f"warning: --sbatch={text}: {CHANGES_CONTRACT[key]}", file=sys.stderr)
         if key in VALUE_OPTIONS and not (value or "").strip():
             raise InputError(f"--sbatch={text}: --{key} needs a value, e.g. --sbatch=--{key}=...")
         if key in parsed:

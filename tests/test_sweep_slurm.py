@@ -92,8 +92,18 @@ def test_sbatch_options_become_sbatch_lines_and_no_wckey():
             "--cpus-per-task, which SLURM does not take beside --cpus-per-gpu; use the sweep's --cpus_per_job",
         ),
         ("--sbatch=--gres", "--gres needs a value"),
+        # Options that take away what the job script relies on (docs/sweeps.md, section 9), each named.
+        ("--sbatch=--export=NONE", "the job would not inherit this shell's environment (PATH and the venv, "
+                                   "JAX_PLATFORMS, CUDA_VISIBLE_DEVICES, XLA_*, WANDB_*); keep ALL in the list"),
+        ("--sbatch=--export=PATH,HOME", "would not inherit this shell's environment"),
+        ("--sbatch=--export", "would not inherit this shell's environment"),
+        ("--sbatch=--get-user-env", "the job would start from the login environment, not this shell's"),
+        ("--sbatch=--chdir=/scratch", "the sweep fixes each run's working directory"),
+        ("--sbatch=--uid=1001", "the job would run as another user"),
+        ("--sbatch=--gid=50", "the job would run in another group"),
+        ("--sbatch=--wait", "sbatch would not return until the whole array has ended"),
     ],
-)
+)  # fmt: skip
 def test_sbatch_options_the_sweep_owns_are_refused(capsys, option, message):
     line = _error(capsys, "--driver=main.py", "--executor=slurm", "--dry_run", option, "--", ENV)
     assert message in line
@@ -309,3 +319,16 @@ def test_each_signal_is_handled_and_logged_once(tmp_path):
     log = open(stopped.log_path).read()
     assert log.count("SIGTERM to this job (") == 1 and log.count("] launch ") == 1, log
     assert output.count("SIGTERM to this job (") == 1 and "Bypassing signal" not in output, output
+
+
+def test_options_that_keep_the_environment_pass(capsys, tmp_path):
+    """--export with ALL keeps the contract; --export-file may replace variables: one warning line naming them."""
+    for option in ("--sbatch=--export=ALL,OMP_NUM_THREADS=4", "--sbatch=--export=all"):
+        rc = sweep.main(["--driver=main.py", "--executor=slurm", "--dry_run", "--sweep_name=s",
+                         f"--save_dir={tmp_path}", option, "--", ENV])  # fmt: skip
+        out, err = capsys.readouterr()
+        assert rc == 0 and "#SBATCH --export=" in out + err and "warning:" not in err, err
+    rc = sweep.main(["--driver=main.py", "--executor=slurm", "--dry_run", "--sweep_name=s", f"--save_dir={tmp_path}",
+                     "--sbatch=--export-file=/etc/env", "--", ENV])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert rc == 0 and "warning: --sbatch=--export-file=/etc/env: variables in that file replace this shell's" in err
