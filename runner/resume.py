@@ -115,6 +115,9 @@ def read_state(path: str, agent_template) -> Dict:
         folder, info = os.path.join(path, "buffer"), meta["buffer"]
         meta["buffer_arrays"] = {}
         for name in sorted(os.listdir(folder)):
+            with open(os.path.join(folder, name), "rb") as f:  # else numpy advises loading it unsafely (pickle)
+                if f.read(6) != b"\x93NUMPY":
+                    raise ValueError(f"buffer/{name} is not a .npy array file")
             rows = np.load(os.path.join(folder, name), mmap_mode="r", allow_pickle=False)
             if len(rows) != info.get("rows", info["max_size"]):
                 raise ValueError(f"buffer/{name} has {len(rows)} rows, state.json says {info.get('rows')}")

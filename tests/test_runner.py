@@ -547,6 +547,13 @@ def test_a_damaged_complete_state_falls_back_and_the_run_dir_is_locked(tmp_path)
     os.remove(os.path.join(newest, "buffer", "rewards.npy"))  # marked COMPLETE, but damaged
     got = resume.read_latest_usable_state(str(tmp_path), {"w": np.zeros(2)}, data)
     assert got["path"] == older and got["global_step"] == 3
+    # A text file in place of an array: named as such, never with numpy's advice to load it unsafely.
+    with open(os.path.join(newest, "buffer", "rewards.npy"), "w") as f:
+        f.write("0.0,1.0\n")
+    with pytest.raises(ValueError, match=r"buffer/rewards.npy is not a .npy array file") as e:
+        resume.read_state(newest, {"w": np.zeros(2)})
+    assert "pickle" not in str(e.value)
+    assert resume.read_latest_usable_state(str(tmp_path), {"w": np.zeros(2)}, data)["path"] == older
     resume.lock_run_dir(str(tmp_path))
     with pytest.raises(ValueError, match="in use by another process"):
         resume.lock_run_dir(str(tmp_path))
