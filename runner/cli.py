@@ -6,6 +6,7 @@ printed by `run_cli`. Anything raised once training has started keeps its traceb
 """
 
 import contextlib
+import errno
 import importlib.util
 import os
 import re
@@ -204,5 +205,12 @@ def run_cli(main_fn):
             if os.environ.get("QC_DEBUG"):
                 raise
             exit_with_error(str(e))
+        except OSError as e:  # a full disk or quota at any write: the last complete state is intact
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT) or os.environ.get("QC_DEBUG"):
+                raise
+            where = f" writing {e.filename}" if e.filename else ""
+            print(f"error: no space left{where} ({e.strerror}); the run keeps its last complete state: free space, "
+                  "then continue it with --resume (the same flags).", file=sys.stderr)  # fmt: skip
+            sys.exit(1)
 
     return wrapped

@@ -1,5 +1,6 @@
 """The drivers' kit (runner/): error forms, start-up checks, checkpoint order, replay buffers, run states."""
 
+import errno
 import json
 import logging
 import os
@@ -644,3 +645,47 @@ def test_a_wandb_that_cannot_start_leaves_no_run_directory(monkeypatch, tmp_path
     with pytest.raises(ValueError, match=r"--wandb_mode=offline: wandb could not start \(RuntimeError: wandb: netw"):
         setup.setup_run(cfg, dict(cfg.agent), {})
     assert not os.path.exists(tmp_path / "Debug" / "w")  # the name stays free for the next try
+
+
+def _no_space(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device", args[0] if args and isinstance(args[0], str) else None)
+
+
+def test_a_full_disk_leaves_no_temporary_file_and_the_last_state_whole(tmp_path, monkeypatch, capsys):
+    """Issue 29: a write that meets a full disk (states, the CSV truncation of a resume) leaves the files as they
+    were and no temporary one; the driver says so in one line (the same for a quota, EDQUOT)."""
+    data = _dataset([0] * 9 + [1])
+    meta = {"phase": "offline", "step_in_phase": 1, "dataset_rng": {}, "csv_rows": {}}
+    older = resume.write_state(str(tmp_path), {**meta, "global_step": 3}, {"w": np.ones(2)})
+    with monkeypatch.context() as m:
+        m.setattr(resume, "save_agent", _no_space)
+        with pytest.raises(OSError):
+            resume.write_state(str(tmp_path), {**meta, "global_step": 6}, {"w": np.ones(2)})
+    assert os.listdir(tmp_path / "state") == [os.path.basename(older)]
+    assert resume.read_latest_usable_state(str(tmp_path), {"w": np.zeros(2)}, data)["global_step"] == 3
+    # A resume's truncation of the CSV files on a full disk: the file stays as it was, no `.tmp` beside it.
+    csv_path = tmp_path / "eval.csv"
+    csv_path.write_text("step,success\n1,0.0\n2,0.5\n")
+    with monkeypatch.context() as m:
+        m.setattr(os, "fdopen", _no_space)
+        with pytest.raises(OSError):
+            resume.truncate_csvs(str(tmp_path), {"eval.csv": 1})
+    assert csv_path.read_text() == "step,success\n1,0.0\n2,0.5\n"
+    assert sorted(os.listdir(tmp_path)) == ["eval.csv", "state"]
+    # The driver's one line, for ENOSPC and EDQUOT alike; other OS errors keep their traceback.
+    for code in (errno.ENOSPC, errno.EDQUOT):
+
+        def main(_, code=code):
+            raise OSError(code, os.strerror(code), str(csv_path))
+
+        with pytest.raises(SystemExit) as e:
+            cli.run_cli(main)([])
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 1 and line.startswith(f"error: no space left writing {csv_path} (")
+        assert line.endswith("free space, then continue it with --resume (the same flags).")
+    with pytest.raises(PermissionError):
+        cli.run_cli(lambda _: _no_permission())([])
+
+
+def _no_permission():
+    raise PermissionError(errno.EACCES, "Permission denied")
