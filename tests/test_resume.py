@@ -10,6 +10,7 @@ status 3, then exact continuation), a finished run left alone, and damaged state
 import json
 import os
 import shutil
+import subprocess
 
 import pytest
 
@@ -113,3 +114,45 @@ def test_a_signal_writes_state_mid_episode_then_resumes(tmp_path, dataset_path, 
     # refusal is the one error line, and the last.
     error = result.stderr.splitlines()[-1]
     assert error.startswith("error: --resume: ") and "--agent.lr: 0.0003 then, 0.001 now" in error
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A 64 MiB tmpfs (root only: skipped where it cannot be mounted), unmounted after the test."""
+    where = tmp_path / "small"
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(where)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_a_full_disk_at_resume_is_one_line_and_the_run_resumes_once_space_returns(
+    small_filesystem, dataset_path, reference_runs
+):
+    """Issue 29: a run killed on a disk that then fills up. Its --resume ends with one error line, leaves no
+    temporary file and changes nothing; with the space back, it resumes and ends as the run never stopped."""
+    save = str(small_filesystem)
+    run_dir, _ = _run("main.py", save, "f", dataset_path, *MAIN, fault="kill@online:100", expect=-9)
+    before = sorted(os.path.relpath(os.path.join(d, f), run_dir) for d, _, fs in os.walk(run_dir) for f in fs)
+    filler = os.path.join(save, "filler")
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    for size in (1 << 20, 1 << 12, 1):  # every free byte, the last block too
+        try:
+            while True:
+                os.write(fd, b"\0" * size)
+        except OSError:
+            pass
+    os.close(fd)
+    _, result = _run("main.py", save, "f", dataset_path, *MAIN, "--resume", expect=1)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and lines[0].startswith("error: no space left"), result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    after = sorted(os.path.relpath(os.path.join(d, f), run_dir) for d, _, fs in os.walk(run_dir) for f in fs)
+    assert not [p for p in after if ".tmp" in p] and set(after) <= set(before) | {"run.lock"}, after
+    os.remove(filler)
+    _run("main.py", save, "f", dataset_path, *MAIN, "--resume")
+    assert_same_run(reference_runs["main"], run_dir, 456)
