@@ -282,9 +282,9 @@ def setup_run(
     if cfg.method is not None:
         record["method"] = {"name": cfg.method, "sources": cfg.setting_sources}
     if cfg.resume and os.path.isfile(os.path.join(run_dir, "flags.json")):  # a run that moved says from where
-        record["moves"] = resume.moves(resume.read_record(run_dir), cfg.flag_values)
-        if not record["moves"]:
-            del record["moves"]
+        moves = resume.moves(resume.read_record(run_dir), cfg.flag_values)
+        if moves:
+            record["moves"] = moves
     write_json(os.path.join(run_dir, "flags.json"), record)
     run_id = (resume_meta or {}).get("wandb_run_id")
     if run_id and cfg.wandb_mode == "offline":

@@ -569,9 +569,9 @@ def check_with_driver(driver: str, runs: List[SweepRun]):
     from utils.progress import progress
 
     differ, parsed = [], {}
+    # Seeds, run names and the sweep record change no check: each setting is parsed once, then only they change.
+    per_run = {f"--{k}=": k for k in ("seed", "run_name", "sweep_info")}
     for run in progress(runs, desc="checking runs", unit="runs", delay=3, disable=len(runs) < 100):
-        # Seeds, run names and the sweep record change no check: each setting is parsed once, then only they change.
-        per_run = {f"--{k}=": k for k in ("seed", "run_name", "sweep_info")}
         setting = tuple(a for a in run.command[2:] if not a.startswith(tuple(per_run)))
         if setting not in parsed:
             try:
