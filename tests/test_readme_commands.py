@@ -221,3 +221,20 @@ def test_every_sweep_that_launches_follows_its_dry_run():
             if "--dry_run" not in argv:
                 assert argv in seen, f"{path}: this sweep launches without its dry run before it: {shlex.join(argv)}"
             seen.append([w for w in argv if w != "--dry_run"])
+
+
+def test_the_readme_is_short_and_in_the_order_a_reader_needs():
+    """Issue 27, item 1: at most 250 lines, its sections in this order (everything else lives in docs/)."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        lines = f.read().splitlines()
+    assert len(lines) <= 250, len(lines)
+    assert [line for line in lines if line.startswith("## ")] == [
+        "## Install and run the main job (CPU, no network)",
+        "## Run the tests",
+        "## Reproduced results",
+        "## Methods: one command each",
+        "## Decoupled Q-chunking (DQC): offline, goal-conditioned",
+        "## Your own agent",
+        "## Reading the code and the layout",
+        "## Links",
+    ]
