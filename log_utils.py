@@ -9,6 +9,7 @@
 
 import contextlib
 import csv
+import errno
 import io
 import json
 import math
@@ -19,15 +20,19 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from utils.files import atomic_write
+from utils.files import atomic_write, naming
 
 
 def write_video(path: str, frames: np.ndarray, fps: int = 15) -> str:
     """Write `frames` `(T, H, W, 3)` uint8 as an H.264 mp4 at `path` (imageio's ffmpeg plugin), atomically.
 
     `H` and `W` must be even (H.264's 4:2:0 sampling); MuJoCo's default 200 x 200 frames are. Returns `path`.
+    The file is read back before it takes its name: ffmpeg's exit status does not reach imageio, which would
+    leave a truncated video without a word. Raises `OSError` (`ENOSPC`/`EDQUOT` on a full disk or quota,
+    `EIO` for any other failure to write a whole video) naming `path`; nothing is left behind then.
     """
     import imageio.v2 as imageio
+    import imageio_ffmpeg
 
     frames = np.asarray(frames)
     if frames.ndim != 4 or frames.shape[-1] != 3 or frames.shape[1] % 2 or frames.shape[2] % 2:
@@ -35,14 +40,37 @@ def write_video(path: str, frames: np.ndarray, fps: int = 15) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp.mp4"
     try:
-        with imageio.get_writer(tmp, fps=fps, codec="libx264", macro_block_size=1, ffmpeg_log_level="error") as w:
-            for frame in frames.astype(np.uint8):
-                w.append_data(frame)
+        try:
+            with imageio.get_writer(tmp, fps=fps, codec="libx264", macro_block_size=1, ffmpeg_log_level="quiet") as w:
+                for frame in frames.astype(np.uint8):
+                    w.append_data(frame)
+            written = imageio_ffmpeg.count_frames_and_secs(tmp)[0]
+        except (RuntimeError, OSError):  # ffmpeg stopped (a broken pipe), or what it left cannot be read
+            written = None
+        if written != len(frames):
+            _raise_write_error(tmp, path)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
     return path
+
+
+def _raise_write_error(tmp: str, path: str):
+    """The `OSError` of a video ffmpeg could not write whole: a 1 MiB probe written beside it (while the
+    partial video still holds its space) tells a full disk or quota from any other failure."""
+    probe = f"{tmp}.probe"
+    try:
+        with open(probe, "wb") as f:
+            f.write(bytes(1 << 20))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, path) from None
+    finally:
+        if os.path.exists(probe):
+            os.remove(probe)
+    raise OSError(errno.EIO, "ffmpeg did not write a whole video", path)
 
 
 def _to_scalar(value):
@@ -87,7 +115,7 @@ class CsvLogger:
             writer.writeheader()
             writer.writerows(old_rows)
             atomic_write(self.path, buffer.getvalue())  # a crash here must not lose the earlier rows
-        with open(self.path, "a", newline="") as f:
+        with naming(self.path), open(self.path, "a", newline="") as f:
             csv.DictWriter(f, fieldnames=self.fieldnames).writerow(row)
 
 

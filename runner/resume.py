@@ -20,7 +20,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from log_utils import WANDB_PREFIXES
-from utils.files import atomic_write
+from utils.files import atomic_write, naming
 from utils.flax_utils import restore_agent, save_agent
 
 FORMAT_VERSION = 1
@@ -77,31 +77,34 @@ def write_state(run_dir: str, meta: Dict, agent, buffer=None, keep: Optional[int
         if stale.startswith(".tmp_"):
             shutil.rmtree(os.path.join(root, stale), ignore_errors=True)
     tmp = os.path.join(root, f".tmp_{name}_{os.getpid()}")
-    try:  # a full disk (or any failure) leaves no partial state behind, only the complete ones before
-        os.makedirs(tmp)
-        save_agent(agent, os.path.join(tmp, "agent.msgpack"), metadata={"global_step": int(meta["global_step"])})
-        meta = dict(meta, format_version=FORMAT_VERSION)
-        if buffer is not None:
-            os.makedirs(os.path.join(tmp, "buffer"))
-            # Only the rows written so far (storage rows 0 .. size - 1 before the first wrap; all of them after).
-            rows = buffer.size if buffer.size < buffer.max_size and buffer.pointer == buffer.size else buffer.max_size
-            for key, array in buffer.items():
-                np.save(os.path.join(tmp, "buffer", f"{key}.npy"), array[:rows], allow_pickle=False)
-            meta["buffer"] = {
-                "pointer": int(buffer.pointer),
-                "size": int(buffer.size),
-                "max_size": int(buffer.max_size),
-                "rows": int(rows),
-            }
-        with open(os.path.join(tmp, "state.json"), "w") as f:
-            json.dump(meta, f)
-        with open(os.path.join(tmp, "COMPLETE"), "w") as f:
-            f.write(name + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with naming(os.path.join(root, name), temporary=tmp):  # an error names the state, not its temporary folder
+        try:  # a full disk (or any failure) leaves no partial state behind, only the complete ones before
+            os.makedirs(tmp)
+            save_agent(agent, os.path.join(tmp, "agent.msgpack"), metadata={"global_step": int(meta["global_step"])})
+            meta = dict(meta, format_version=FORMAT_VERSION)
+            if buffer is not None:
+                os.makedirs(os.path.join(tmp, "buffer"))
+                # Only the rows written so far (storage rows 0 .. size - 1 before the first wrap; all of them after).
+                rows = (
+                    buffer.size if buffer.size < buffer.max_size and buffer.pointer == buffer.size else buffer.max_size
+                )
+                for key, array in buffer.items():
+                    np.save(os.path.join(tmp, "buffer", f"{key}.npy"), array[:rows], allow_pickle=False)
+                meta["buffer"] = {
+                    "pointer": int(buffer.pointer),
+                    "size": int(buffer.size),
+                    "max_size": int(buffer.max_size),
+                    "rows": int(rows),
+                }
+            with open(os.path.join(tmp, "state.json"), "w") as f:
+                json.dump(meta, f)
+            with open(os.path.join(tmp, "COMPLETE"), "w") as f:
+                f.write(name + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     final = os.path.join(root, name)
     if os.path.exists(final):  # the same step written again (e.g. a phase end after an interval)
         shutil.rmtree(final)

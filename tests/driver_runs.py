@@ -5,6 +5,7 @@
 CSV rows (wall-clock columns aside), the same final parameters, and a finished second run.
 """
 
+import contextlib
 import csv
 import os
 import subprocess
@@ -25,6 +26,22 @@ def tiny_dataset(directory) -> str:
         "cube-single-play-v0", num_episodes=2, seed=0, save_path=path, max_episode_steps=60, progress=False
     )
     return path
+
+
+@contextlib.contextmanager
+def tmpfs(where, size: str):
+    """A tmpfs of `size` (mount's syntax: `64m`) at `where` for the block (root only: the test is skipped where
+    one cannot be mounted), unmounted after it: a small filesystem that really fills up."""
+    os.makedirs(where, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True)
+    if mounted.returncode != 0:
+        import pytest
+
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def fault_env(fault):

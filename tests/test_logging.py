@@ -1,11 +1,16 @@
 """log_utils: what the drivers log to wandb (every prefix plotted against `env_step`) beside the CSV files."""
 
+import contextlib
+import errno
 import glob
+import os
 import time
 
 import numpy as np
+import pytest
 
-from log_utils import Logger, define_wandb_metrics, setup_wandb
+from log_utils import CsvLogger, Logger, define_wandb_metrics, setup_wandb
+from tests.driver_runs import tmpfs
 
 
 class FakeRun:
@@ -54,3 +59,30 @@ def test_offline_wandb_run_records_the_metric_definitions(tmp_path, monkeypatch)
             break
         time.sleep(0.1)
     assert [name for name in names if name not in data] == []
+
+
+def test_writes_on_a_full_disk_name_their_file_and_leave_no_temporary(tmp_path):
+    """A `write` or `close` on a full disk raises `OSError(ENOSPC)` without a file name; the drivers' one
+    error line then could not say which file. CSV rows, whole-file writes and run states name theirs."""
+    from runner.resume import write_state
+    from utils.files import atomic_write
+
+    with tmpfs(tmp_path / "small", "64k") as small:
+        logger = CsvLogger(str(small / "eval.csv"))
+        logger.log({"success": 0.5}, step=1)
+        with open(small / "filler", "wb") as f:  # the rest of the disk
+            with contextlib.suppress(OSError):
+                f.write(bytes(1 << 20))
+        for write, path in [
+            (lambda: logger.log({"success": "9" * 10_000}, step=2), small / "eval.csv"),  # more than a page
+            (lambda: atomic_write(str(small / "flags.json"), "x" * 10_000), small / "flags.json"),
+            (
+                lambda: write_state(str(small), {"global_step": 7}, {"w": np.zeros(10_000)}),
+                small / "state" / "step_000000000007",
+            ),
+        ]:
+            with pytest.raises(OSError) as raised:
+                write()
+            assert (raised.value.errno, raised.value.filename) == (errno.ENOSPC, str(path))
+        assert sorted(os.listdir(small)) == ["eval.csv", "filler", "state"] and os.listdir(small / "state") == []
+        assert open(small / "eval.csv").read().splitlines()[:2] == ["step,success", "1,0.5"]

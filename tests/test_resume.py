@@ -10,12 +10,11 @@ status 3, then exact continuation), a finished run left alone, and damaged state
 import json
 import os
 import shutil
-import subprocess
 
 import pytest
 
 from runner import resume
-from tests.driver_runs import assert_same_run, run_driver, tiny_dataset
+from tests.driver_runs import assert_same_run, run_driver, tiny_dataset, tmpfs
 
 pytestmark = pytest.mark.slow
 
@@ -119,15 +118,8 @@ def test_a_signal_writes_state_mid_episode_then_resumes(tmp_path, dataset_path, 
 @pytest.fixture
 def small_filesystem(tmp_path):
     """A 64 MiB tmpfs (root only: skipped where it cannot be mounted), unmounted after the test."""
-    where = tmp_path / "small"
-    where.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(where)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
+    with tmpfs(tmp_path / "small", "64m") as where:
         yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def test_a_full_disk_at_resume_is_one_line_and_the_run_resumes_once_space_returns(

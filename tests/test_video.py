@@ -1,5 +1,6 @@
 """Evaluation videos: rendered under MUJOCO_GL=egl, written to <run_dir>/videos/eval_<step>.mp4, read back."""
 
+import errno
 import os
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 from log_utils import write_video
-from tests.driver_runs import ROOT
+from tests.driver_runs import ROOT, tmpfs
 
 
 def test_write_video_round_trip(tmp_path):
@@ -25,6 +26,33 @@ def test_write_video_round_trip(tmp_path):
     assert read[:, :, :20, 0].mean() > 200 and read[:, :, 28:, 0].mean() < 50  # lossy, but the picture holds
     with pytest.raises(ValueError, match="even H and W"):
         write_video(str(tmp_path / "odd.mp4"), np.zeros((3, 63, 48, 3), np.uint8))
+
+
+def test_a_video_that_does_not_fit_is_an_enospc_error_naming_it_and_leaves_nothing(tmp_path):
+    """imageio does not see ffmpeg's exit status: on a full disk it left a truncated eval_<step>.mp4 without a
+    word. Now the error is `OSError(ENOSPC)` naming the video (`run_cli` prints it as one line) and the folder
+    keeps nothing; once there is space the same call writes the video."""
+    noise = np.random.default_rng(0).integers(0, 256, (8, 128, 128, 3), dtype=np.uint8)  # about 70 KB as H.264
+    with tmpfs(tmp_path / "small", "64k") as small:
+        path = str(small / "videos" / "eval_5.mp4")
+        with pytest.raises(OSError) as raised:
+            write_video(path, noise)
+        assert (raised.value.errno, raised.value.filename) == (errno.ENOSPC, path)
+        assert os.listdir(small / "videos") == []
+    with tmpfs(tmp_path / "larger", "8m") as larger:
+        path = write_video(str(larger / "eval_5.mp4"), noise)
+        assert os.listdir(larger) == ["eval_5.mp4"]
+
+
+def test_a_video_ffmpeg_did_not_write_whole_is_an_eio_error(tmp_path, monkeypatch):
+    """With space left, a video that does not read back with all its frames is `OSError(EIO)` naming it."""
+    import imageio_ffmpeg
+
+    monkeypatch.setattr(imageio_ffmpeg, "count_frames_and_secs", lambda path: (11, 0.7))  # one frame short
+    with pytest.raises(OSError) as raised:
+        write_video(str(tmp_path / "eval_5.mp4"), np.zeros((12, 64, 48, 3), np.uint8))
+    assert (raised.value.errno, raised.value.filename) == (errno.EIO, str(tmp_path / "eval_5.mp4"))
+    assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.slow

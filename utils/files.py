@@ -1,9 +1,24 @@
 """Files that later processes read are written whole or not at all."""
 
+import contextlib
 import os
 import stat
 import tempfile
-from typing import Union
+from typing import Optional, Union
+
+
+@contextlib.contextmanager
+def naming(path: str, temporary: Optional[str] = None):
+    """An `OSError` raised in the block without a file name (a `write` or `close` on a full disk), or naming a
+    file under `temporary` (a folder that is removed on failure), is raised again naming `path`: the one line
+    the drivers print for it then says which file could not be written."""
+    try:
+        yield
+    except OSError as e:
+        named = e.filename is not None and not (temporary and str(e.filename).startswith(temporary))
+        if named or e.errno is None:
+            raise
+        raise OSError(e.errno, e.strerror, path) from e
 
 
 def atomic_write(path: str, data: Union[str, bytes]):
@@ -22,16 +37,17 @@ def atomic_write(path: str, data: Union[str, bytes]):
         os.umask(umask)
         mode = 0o666 & ~umask
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with naming(path):
+        try:
+            os.fchmod(fd, mode)
+            with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
 
 
 def existing_ancestor(path: str) -> str:
