@@ -78,13 +78,14 @@ class DeviceBatches(NamedTuple):
     num_steps: int
 
 
+# The k-step updates donate the agent (argument 0) as `runner.seed_group.donating` does; never the sampler.
 @functools.lru_cache(maxsize=None)
 def _device_fn(num_seeds: int, num_steps: int, mode: str):
-    fn = jax.jit(functools.partial(device_sampler.offline_updates, num_steps=num_steps))
-    if num_seeds == 1:
-        return fn
-    mapped = per_seed(fn, mode, in_axes=(0, None, 0, None))
-    return jax.jit(mapped) if mode == "vmap" else mapped
+    steps = functools.partial(device_sampler.offline_updates, num_steps=num_steps)
+    if num_seeds == 1 or mode == "map":
+        fn = jax.jit(steps, donate_argnums=0)
+        return fn if num_seeds == 1 else per_seed(fn, mode, in_axes=(0, None, 0, None))
+    return jax.jit(per_seed(steps, mode, in_axes=(0, None, 0, None)), donate_argnums=0)
 
 
 def _agent_update(agent, batch):
@@ -94,10 +95,10 @@ def _agent_update(agent, batch):
 @functools.lru_cache(maxsize=None)
 def _scan_fn(num_seeds: int, mode: str):
     scan = functools.partial(scan_updates, _agent_update, reduce="last")  # k host batches, the last step's info
-    if num_seeds == 1:
-        return scan
-    mapped = per_seed(scan, mode)
-    return jax.jit(mapped) if mode == "vmap" else mapped
+    if num_seeds == 1 or mode == "map":
+        fn = jax.jit(scan, donate_argnums=0)
+        return fn if num_seeds == 1 else per_seed(fn, mode)
+    return jax.jit(per_seed(scan, mode), donate_argnums=0)
 
 
 class OfflineSampler:

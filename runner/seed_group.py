@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
+import agents
 from evaluation import evaluate, make_eval_vector_env
 from log_utils import TimeSplit, write_json, write_video
 from runner import resume
@@ -82,8 +83,34 @@ def per_seed(fn, mode: str, in_axes=0):
     return looped
 
 
-_group_update = jax.jit(per_seed(lambda agent, batch: agent.update(batch), "vmap"))
-_group_batch_update = jax.jit(per_seed(lambda agent, batch: agent.batch_update(batch), "vmap"))
+def distinct_buffers(tree):
+    """`tree` with every array that appears in it more than once copied (a target network created as its
+    online network's arrays): XLA donates each buffer once, and `donating` updates donate the whole agent."""
+    seen = set()
+
+    def one(x):
+        if isinstance(x, jax.Array):
+            if id(x) in seen:
+                return jnp.copy(x)
+            seen.add(id(x))
+        return x
+
+    return jax.tree_util.tree_map(one, tree)
+
+
+@functools.lru_cache(maxsize=None)
+def donating(method: str, mode: Optional[str] = None):
+    """`(agent, batch) -> agent.<method>(batch)` (`update` or `batch_update`) jitted with the agent donated
+    (`donate_argnums=0`): XLA writes the new parameters, optimizer states and targets into the old agent's
+    buffers, so a device holds one agent, not two. The loop rebinds its agent; the one passed in is deleted.
+    `mode`: None for one seed, else `per_seed`'s (stacked agents for `vmap`, a tuple for `map`)."""
+
+    def call(agent, batch):
+        return getattr(agent, method)(batch)
+
+    if mode == "map":
+        return per_seed(donating(method), "map")
+    return jax.jit(call if mode is None else per_seed(call, "vmap"), donate_argnums=0)
 
 
 class SeedPolicy:
@@ -177,6 +204,8 @@ class SeedGroup:
         self.preemption = preemption
         mode = getattr(self.cfg, "seed_batching", "auto") if self.cfg is not None else "auto"  # absl checked it
         self.seed_batching = mode if mode != "auto" else ("map" if jax.default_backend() == "cpu" else "vmap")
+        for run in runs:  # the updates donate the agent: no array in it twice, none kept elsewhere
+            run.agent = distinct_buffers(run.agent)
         if self.num_seeds == 1:
             self.agent = runs[0].agent
         elif self.seed_batching == "vmap":
@@ -194,6 +223,11 @@ class SeedGroup:
     def agent_config(self) -> Dict:
         return self.runs[0].agent.config
 
+    @property
+    def batch_keys(self):
+        """The batch keys the agent's update reads (its `AgentSpec.batch_keys`)."""
+        return agents.get(self.agent_config["agent_name"]).batch_keys
+
     def agent_for(self, agent, s: int):
         """Seed `s`'s agent from the loop's `agent` (stacked or a tuple for S > 1): for evaluation and checkpoints."""
         if self.num_seeds == 1:
@@ -207,20 +241,19 @@ class SeedGroup:
         return SeedPolicy(agent, s) if self.seed_batching == "vmap" else agent[s]
 
     def update_fn(self):
-        """`(agent, batch) -> (agent, info)`, one gradient step per seed: the agent's own `update` for S = 1."""
-        if self.num_seeds == 1:
-            return type(self.agent).update
-        if self.seed_batching == "vmap":
-            return _group_update
-        return per_seed(lambda agent, batch: agent.update(batch), "map")
+        """`(agent, batch) -> (agent, info)`, one gradient step per seed (the agent's own `update`), the agent
+        donated (`donating`): the caller uses only the agent it returns."""
+        return self._donating("update")
 
     def batch_update_fn(self):
-        """`(agent, (U, B, ...) batches) -> (agent, info)` per seed: the agent's own `batch_update` for S = 1."""
-        if self.num_seeds == 1:
-            return type(self.agent).batch_update
-        if self.seed_batching == "vmap":
-            return _group_batch_update
-        return per_seed(lambda agent, batch: agent.batch_update(batch), "map")
+        """`(agent, (U, B, ...) batches) -> (agent, info)` per seed (the agent's own `batch_update`), the agent
+        donated as in `update_fn`."""
+        return self._donating("batch_update")
+
+    def _donating(self, method: str):
+        update = donating(method, None if self.num_seeds == 1 else self.seed_batching)
+        keys = self.batch_keys  # only what the update reads crosses to the device
+        return lambda agent, batch: update(agent, {k: batch[k] for k in keys})
 
     def start_step(self, phase: str) -> int:
         """The last step of `phase` already done: 0 for a fresh run, else taken from the resumed state."""

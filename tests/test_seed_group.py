@@ -58,10 +58,14 @@ def test_group_update_equals_separate_updates(mode):
     group = seed_group.SeedGroup([types.SimpleNamespace(agent=a, cfg=cfg) for a in agents])
     rtol = 0 if mode == "map" else 1e-5
     rng = np.random.default_rng(0)
-    singles, update, stacked = list(agents), group.update_fn(), group.agent
-    for _ in range(5):
+    singles = [_tiny_agent(seed) for seed in (0, 1, 2)]  # the group's own agents are donated to its updates
+    update, stacked = group.update_fn(), group.agent
+    for step in range(5):
         batches = [_batch(rng) for _ in agents]
+        before = stacked
         stacked, info = update(stacked, {k: np.stack([b[k] for b in batches]) for k in batches[0]})
+        if step == 0:  # the update wrote into the agent's buffers (one copy on a device, not two)
+            assert all(leaf.is_deleted() for leaf in jax.tree_util.tree_leaves(before) if isinstance(leaf, jax.Array))
         for s, batch in enumerate(batches):
             singles[s], single_info = singles[s].update(batch)
             np.testing.assert_allclose(np.asarray(info["critic/critic_loss"])[s], single_info["critic/critic_loss"],
