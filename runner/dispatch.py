@@ -80,12 +80,12 @@ class DeviceBatches(NamedTuple):
 
 # The k-step updates donate the agent (argument 0) as `runner.seed_group.donating` does; never the sampler.
 @functools.lru_cache(maxsize=None)
-def _device_fn(num_seeds: int, num_steps: int, mode: str):
-    steps = functools.partial(device_sampler.offline_updates, num_steps=num_steps)
+def _device_fn(num_seeds: int, num_steps: int, mode: str, donate: bool):
+    steps, donated = functools.partial(device_sampler.offline_updates, num_steps=num_steps), 0 if donate else ()
     if num_seeds == 1 or mode == "map":
-        fn = jax.jit(steps, donate_argnums=0)
+        fn = jax.jit(steps, donate_argnums=donated)
         return fn if num_seeds == 1 else per_seed(fn, mode, in_axes=(0, None, 0, None))
-    return jax.jit(per_seed(steps, mode, in_axes=(0, None, 0, None)), donate_argnums=0)
+    return jax.jit(per_seed(steps, mode, in_axes=(0, None, 0, None)), donate_argnums=donated)
 
 
 def _agent_update(agent, batch):
@@ -93,12 +93,13 @@ def _agent_update(agent, batch):
 
 
 @functools.lru_cache(maxsize=None)
-def _scan_fn(num_seeds: int, mode: str):
+def _scan_fn(num_seeds: int, mode: str, donate: bool):
     scan = functools.partial(scan_updates, _agent_update, reduce="last")  # k host batches, the last step's info
+    donated = 0 if donate else ()
     if num_seeds == 1 or mode == "map":
-        fn = jax.jit(scan, donate_argnums=0)
+        fn = jax.jit(scan, donate_argnums=donated)
         return fn if num_seeds == 1 else per_seed(fn, mode)
-    return jax.jit(per_seed(scan, mode), donate_argnums=0)
+    return jax.jit(per_seed(scan, mode), donate_argnums=donated)
 
 
 class OfflineSampler:
@@ -156,12 +157,12 @@ class OfflineSampler:
         """`(agent, batch) -> (agent, info)` for `sample`'s batches; the agent's own `update` for k = 1, one seed."""
         group = self.group
         if self.kind == "device":
-            return lambda agent, b: _device_fn(group.num_seeds, b.num_steps, group.seed_batching)(
+            return lambda agent, b: _device_fn(group.num_seeds, b.num_steps, group.seed_batching, group.donate)(
                 agent, b.sampler, b.keys, b.first_step
             )
         if self.k == 1:
             return group.update_fn()
-        return _scan_fn(group.num_seeds, group.seed_batching)
+        return _scan_fn(group.num_seeds, group.seed_batching, group.donate)
 
     def _close_prefetchers(self):
         for prefetcher in self._prefetchers:

@@ -46,6 +46,10 @@ def define_flags(driver: str, flag_values=FLAGS):
         "updated. vmap: the agents stacked, one batched update (fills a GPU); map: each seed's own update one after "
         "another (single-seed kernels, bit-identical to single-seed runs; what a CPU wants); auto: vmap on an "
         "accelerator, map on CPU.", **fv)  # fmt: skip
+    flags.DEFINE_enum("donate_agent", "auto", ["auto", "true", "false"], "Donate the agent to each update: XLA "
+        "writes the new agent into the old one's buffers, so a device holds one agent, not two (results are the "
+        "same). auto: true on an accelerator; false on CPU, where the compiler adds copies for it and host memory "
+        "is not the limit.", **fv)  # fmt: skip
     if driver == "main":
         flags.DEFINE_integer("updates_per_dispatch", 1, "Offline gradient steps per host call (one lax.scan). 1: "
             "host sampling, one step per call (the reference loop). k > 1: windows are sampled on the device from a "

@@ -277,6 +277,7 @@ RESUME_MAY_CHANGE = (
     "run_name",
     "num_seeds",
     "seed_batching",
+    "donate_agent",
     "updates_per_dispatch",
     "offline_sampler",
     "eval_envs",

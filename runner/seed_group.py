@@ -99,18 +99,24 @@ def distinct_buffers(tree):
 
 
 @functools.lru_cache(maxsize=None)
-def donating(method: str, mode: Optional[str] = None):
+def donating(method: str, mode: Optional[str] = None, donate: bool = True):
     """`(agent, batch) -> agent.<method>(batch)` (`update` or `batch_update`) jitted with the agent donated
-    (`donate_argnums=0`): XLA writes the new parameters, optimizer states and targets into the old agent's
-    buffers, so a device holds one agent, not two. The loop rebinds its agent; the one passed in is deleted.
-    `mode`: None for one seed, else `per_seed`'s (stacked agents for `vmap`, a tuple for `map`)."""
+    (`donate_argnums=0`; `donate=False`: not): XLA writes the new parameters, optimizer states and targets into
+    the old agent's buffers, so a device holds one agent, not two. The loop rebinds its agent; the one passed in
+    is deleted. `mode`: None for one seed, else `per_seed`'s (stacked agents for `vmap`, a tuple for `map`)."""
 
     def call(agent, batch):
         return getattr(agent, method)(batch)
 
     if mode == "map":
-        return per_seed(donating(method), "map")
-    return jax.jit(call if mode is None else per_seed(call, "vmap"), donate_argnums=0)
+        return per_seed(donating(method, None, donate), "map")
+    return jax.jit(call if mode is None else per_seed(call, "vmap"), donate_argnums=0 if donate else ())
+
+
+def donate_agent(cfg) -> bool:
+    """`--donate_agent` resolved: `auto` donates on an accelerator, not on CPU (and for a `cfg` without it)."""
+    value = getattr(cfg, "donate_agent", "auto")
+    return value == "true" or (value == "auto" and jax.default_backend() != "cpu")
 
 
 class SeedPolicy:
@@ -204,6 +210,7 @@ class SeedGroup:
         self.preemption = preemption
         mode = getattr(self.cfg, "seed_batching", "auto") if self.cfg is not None else "auto"  # absl checked it
         self.seed_batching = mode if mode != "auto" else ("map" if jax.default_backend() == "cpu" else "vmap")
+        self.donate = donate_agent(self.cfg)
         for run in runs:  # the updates donate the agent: no array in it twice, none kept elsewhere
             run.agent = distinct_buffers(run.agent)
         if self.num_seeds == 1:
@@ -242,7 +249,7 @@ class SeedGroup:
 
     def update_fn(self):
         """`(agent, batch) -> (agent, info)`, one gradient step per seed (the agent's own `update`), the agent
-        donated (`donating`): the caller uses only the agent it returns."""
+        donated where `--donate_agent` says (`donating`): the caller uses only the agent it returns."""
         return self._donating("update")
 
     def batch_update_fn(self):
@@ -251,7 +258,7 @@ class SeedGroup:
         return self._donating("batch_update")
 
     def _donating(self, method: str):
-        update = donating(method, None if self.num_seeds == 1 else self.seed_batching)
+        update = donating(method, None if self.num_seeds == 1 else self.seed_batching, self.donate)
         keys = self.batch_keys  # only what the update reads crosses to the device
         return lambda agent, batch: update(agent, {k: batch[k] for k in keys})
 

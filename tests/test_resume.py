@@ -68,7 +68,8 @@ def reference_runs(tmp_path_factory, dataset_path):
     ],
 )
 def test_sigkill_then_resume_is_exact(tmp_path, dataset_path, reference_runs, script, kill_at):
-    extra = MAIN if script == "main.py" else ONLINE
+    """Killed, resumed, and with the agent donated to its updates (the reference: not donated, CPU's default)."""
+    extra = [*(MAIN if script == "main.py" else ONLINE), "--donate_agent=true"]
     run_dir, _ = _run(script, str(tmp_path), "r", dataset_path, *extra, fault=f"kill@{kill_at}",
                       expect=-9)  # fmt: skip
     assert resume.latest_state(run_dir) is not None and not os.path.exists(os.path.join(run_dir, "DONE.json"))

@@ -54,7 +54,7 @@ def _batch(rng, h=2, b=4):
 def test_group_update_equals_separate_updates(mode):
     """Both ways of covering the seeds in one call give each seed its own update (map: bit for bit on CPU)."""
     agents = [_tiny_agent(seed) for seed in (0, 1, 2)]
-    cfg = types.SimpleNamespace(seed_batching=mode)
+    cfg = types.SimpleNamespace(seed_batching=mode, donate_agent="true")  # auto donates on accelerators only
     group = seed_group.SeedGroup([types.SimpleNamespace(agent=a, cfg=cfg) for a in agents])
     rtol = 0 if mode == "map" else 1e-5
     rng = np.random.default_rng(0)
@@ -366,7 +366,7 @@ def test_each_seed_of_a_group_matches_its_single_seed_run(tmp_path, dataset_path
 )
 def test_killed_group_resumes_exactly(tmp_path, dataset_path, kill_at, extra, final):
     args = [*MAIN, "--offline_steps=40", "--log_interval=10", "--eval_interval=100", "--state_interval=3",
-            "--num_seeds=2", *extra]  # fmt: skip
+            "--num_seeds=2", "--donate_agent=true", *extra]  # fmt: skip
     save = str(tmp_path)
     _run("main.py", save, "ref", dataset_path, *args)
     _run("main.py", save, "cut", dataset_path, *args, fault=f"kill@{kill_at}", expect=-9)
