@@ -52,8 +52,12 @@ class Run:
 
 def window_source(dataset: Dataset, agent_config):
     """The source of the agent's offline batches over `dataset`: `AgentSpec.windows`, by default
-    `utils.device_sampler.ChunkWindows` (h-step windows, docs/batch_contract.md)."""
-    return (agents.get(agent_config["agent_name"]).windows or ChunkWindows)(dataset, agent_config)
+    `utils.device_sampler.ChunkWindows` (h-step windows, docs/batch_contract.md, with only the keys the
+    update reads)."""
+    spec = agents.get(agent_config["agent_name"])
+    if spec.windows is not None:
+        return spec.windows(dataset, agent_config)
+    return ChunkWindows(dataset, agent_config, batch_keys=spec.batch_keys)
 
 
 def restore_offline(run: Run, meta: Dict):

@@ -202,6 +202,20 @@ def test_start_indices_cover_zero_to_size_minus_h():
     assert set(starts.tolist()) == {0.0, 1.0, 2.0, 3.0, 4.0}  # [0, 7 - 3]
 
 
+def test_only_the_keys_asked_for_are_built_from_the_same_windows():
+    """`keys=` (the drivers ask for the update's batch keys only) gives those entries of the very windows the
+    full batch has, draw after draw, in the order asked; a key the windows lack is left for select_keys."""
+    f = random_fields(50, np.random.default_rng(0))
+    full, some = Dataset.create(seed=7, **f), Dataset.create(seed=7, **f)
+    keys = ("valid", "observations", "next_actions", "rewards")
+    for _ in range(3):
+        a, b = full.sample_sequence(16, 3, 0.9), some.sample_sequence(16, 3, 0.9, keys=keys)
+        assert tuple(b) == keys
+        for k in keys:
+            np.testing.assert_array_equal(a[k], b[k])
+    assert list(some.sample_sequence(4, 3, 0.9, keys=("actions", "goals"))) == ["actions"]
+
+
 # --------------------------------------------------------------------------------------------
 # Randomness
 # --------------------------------------------------------------------------------------------

@@ -166,7 +166,7 @@ class Dataset(Mapping):
     #
     # The critic uses column H-1 (rewards[:, -1], masks[:, -1]) weighted by valid[:, -1]; the BC
     # loss weights step k by valid[:, k]. Step 2 above belongs to another trajectory: valid = 0.
-    def sample_sequence(self, batch_size, sequence_length, discount, rng=None, idxs=None):
+    def sample_sequence(self, batch_size, sequence_length, discount, rng=None, idxs=None, keys=None):
         """`batch_size` windows of `H = sequence_length` consecutive rows: the chunked batch (table above).
 
         Starts are uniform over `[0, size - H]` (or the rows `idxs`, in time order), so a window may cross a
@@ -182,7 +182,8 @@ class Dataset(Mapping):
         `discount` is the gamma of the critic's gamma^H bootstrap. Returns numpy `observations (B, *ob)`,
         `full_observations`, `next_observations (B, H, *ob)`, `actions`, `next_actions (B, H, A)` (row i+k+1,
         clipped to the last row) at their stored dtypes and `rewards`, `masks`, `terminals`, `valid (B, H)`
-        float32. `ValueError` for `H < 1`, `H > size` or bad `idxs`.
+        float32; `keys` (default all): only these entries, the same windows (the starts are drawn alike).
+        `ValueError` for `H < 1`, `H > size` or bad `idxs`.
         """
         H = sequence_length
         starts = self._start_indices(batch_size, H, rng, idxs)  # (B,)
@@ -207,21 +208,17 @@ class Dataset(Mapping):
             discounted = np.where(counted, discounted, 0.0)
         rewards = np.cumsum(discounted, axis=1).astype(np.float32)  # (B, H)
 
-        observations = self._fields["observations"]
-        full_observations = observations[rows]  # (B, H, *ob)
-        next_observations = self._fields["next_observations"][rows]  # (B, H, *ob)
-        actions = self._fields["actions"]
-        return dict(
-            observations=observations[rows[:, 0]],  # (B, *ob)
-            full_observations=full_observations,
-            actions=actions[rows],  # (B, H, A)
-            next_observations=next_observations,
-            next_actions=actions[next_rows],  # (B, H, A)
-            rewards=rewards,
-            masks=masks,
-            terminals=terminals,
-            valid=valid,
+        observations, actions = self._fields["observations"], self._fields["actions"]
+        gathers = dict(  # the row gathers, the costly part: only those asked for
+            observations=lambda: observations[rows[:, 0]],  # (B, *ob)
+            full_observations=lambda: observations[rows],  # (B, H, *ob)
+            actions=lambda: actions[rows],  # (B, H, A)
+            next_observations=lambda: self._fields["next_observations"][rows],  # (B, H, *ob)
+            next_actions=lambda: actions[next_rows],  # (B, H, A)
         )
+        batch = {k: gather() for k, gather in gathers.items() if keys is None or k in keys}
+        batch.update(rewards=rewards, masks=masks, terminals=terminals, valid=valid)
+        return batch if keys is None else {k: batch[k] for k in keys if k in batch}  # (select_keys names a missing one)
 
 
 class ReplayBuffer(Dataset):

@@ -388,12 +388,12 @@ class ChunkWindows:
 
     keys = SEQUENCE_KEYS
 
-    def __init__(self, dataset: Dataset, config):
-        self.dataset = dataset
+    def __init__(self, dataset: Dataset, config, batch_keys=None):
+        self.dataset, self.batch_keys = dataset, batch_keys  # what `sample` gives (default: every key)
         self.horizon_length, self.discount = int(config["horizon_length"]), float(config["discount"])
 
     def sample(self, batch_size: int) -> Dict[str, np.ndarray]:
-        return self.dataset.sample_sequence(batch_size, self.horizon_length, self.discount)
+        return self.dataset.sample_sequence(batch_size, self.horizon_length, self.discount, keys=self.batch_keys)
 
     def fits_on_device(self) -> bool:
         return fits_on_device(self.dataset, self.horizon_length)
