@@ -17,6 +17,11 @@ observation 40, action 5):
   with `--updates_per_dispatch=k` for each k in `--dispatch` (k = 1: host sampling and one update per
   call, the reference loop; k > 1: the device sampler and k steps per `lax.scan`); the authors' loop
   (their `Dataset.sample_sequence`, then `agent.update`, every step).
+* `overhead`: the same loops as `dispatch` with 2x64 MLPs and batch 64, where the arithmetic is negligible and
+  what remains is host work: ours runs the driver's own update (`SeedGroup.update_fn`, the agent donated) on the
+  run's host windows for k = 1, and `offline_updates` on the device sampler for k = 10, 100; the authors' loop;
+  and the floor, the same 100 updates in one bare jitted `lax.scan` over batches sampled and put on the device
+  beforehand. Each measurement is its own process, so that one's compilation or memory cannot slow another.
 * `eval`: wall seconds of `--eval_episodes` evaluation episodes of cube-double with a fresh agent:
   ours sequential, batched (`--eval_envs` envs in lockstep, in this process) and batched with
   `--eval_async_envs` envs in subprocesses; the authors' `evaluate` (which also calls the policy at
@@ -26,6 +31,10 @@ observation 40, action 5):
   200k-row replay buffer and 10 evaluation episodes, with `--eval_envs` 1 and 10 (`--memory_dataset`: the
   README's generated dataset by default). The authors' code is not run here (it needs robomimic and a wandb
   login); docs/benchmarks.md gives its figure on the same job.
+* `donation`: XLA's memory analysis (`compiled.memory_analysis()`) of the jitted update the driver runs, with the
+  agent donated (`runner.seed_group.donating`, `donate_argnums=0`) and without: one step (k = 1) and 100 steps on
+  the device sampler (k = 100, `--rows` rows). `held` = arguments + outputs - aliased + temporaries: the device
+  bytes of one call; donation aliases the new agent to the old one's buffers. Nothing is run or timed.
 * `startup`: seconds from starting `main.py` to its first gradient step, with an empty compilation cache
   (`--compilation_cache_dir`, a fresh folder) and then with the one that first start filled, for the README's
   main job (QC-FQL, 4x256 MLPs, cube-single task 1) and its CPU-sized DQC run (3x256 MLPs, cube-single
@@ -60,7 +69,8 @@ from utils.startup import ArgumentParser  # noqa: E402
 
 QCFQL = dict(actor_type="distill-ddpg", alpha=100.0)
 METHODS = {"qc": dict(actor_type="best-of-n", actor_num_samples=32), "qcfql": QCFQL}
-SECTIONS = ("updates", "seeds", "dispatch", "eval", "memory", "generation", "startup")
+SECTIONS = ("updates", "seeds", "dispatch", "overhead", "eval", "memory", "donation", "generation", "startup")
+OVERHEAD_SIZE = dict(hidden=64, layers=2, batch=64)  # the overhead section's networks: compute is negligible
 ENV_NAME = "cube-double-play-singletask-task2-v0"
 
 
@@ -89,6 +99,7 @@ def parse_args(argv=None):
     p.add_argument("--startup_repeats", type=int, default=2, help="startup section: warm starts per run")
     p.add_argument("--out", default=None, help="write the rows as JSON to this file")
     p.add_argument("--worker", default=None, help="internal: run one timing worker (update|loop|eval) and print JSON")
+    p.add_argument("--k", type=int, default=1, help="internal: the worker's steps per call (device, floor)")
     p.add_argument("--side", default="ours", choices=("ours", "reference"), help="internal: the worker's code")
     args = p.parse_args(argv)
     for name in ("steps", "rows", "hidden", "layers", "batch", "eval_episodes", "eval_envs", "gen_episodes",
@@ -202,16 +213,55 @@ def worker(args):
         fields = _synthetic_fields(args.rows)
         if args.side == "reference":
             dataset = datasets.Dataset.create(**fields)
-        else:
+            update = type(agent).update
+        else:  # the driver's k = 1 path: host windows, then the group's donating update
+            from runner.seed_group import SeedGroup
+
             dataset = datasets.Dataset.create(**fields, seed=0)
+            group = SeedGroup([argparse.Namespace(agent=agent, cfg=None)])
+            agent, update = group.agent, group.update_fn()
         state = {"agent": agent}
 
         def step():
             batch = dataset.sample_sequence(args.batch, sequence_length=5, discount=config["discount"])
-            state["agent"], info = state["agent"].update(batch)
+            state["agent"], info = update(state["agent"], batch)
             return info
 
         result["steps_per_s"] = args.steps / _timed(step, args.steps)
+    elif args.worker in ("device", "floor"):  # k steps per call: on the device sampler, or the bare scan
+        from utils import device_sampler
+        from utils.datasets import Dataset
+        from utils.flax_utils import scan_updates
+
+        k = args.k
+        if args.worker == "device":
+            dataset = Dataset.create(**_synthetic_fields(args.rows), seed=0)
+            sampler = device_sampler.DeviceWindowSampler.create(dataset, 5, config["discount"])
+            fn = jax.jit(functools.partial(device_sampler.offline_updates, num_steps=k), donate_argnums=0)
+            key, first = jax.random.PRNGKey(0), {"t": 1}
+
+            def call(agent):
+                agent, info = fn(agent, sampler, key, np.int32(first["t"]))
+                first["t"] += k
+                return agent, info
+        else:
+            rng = np.random.default_rng(0)
+            batches = jax.device_put(_stacked_random_batches(rng, k, args.batch))
+            fn = jax.jit(functools.partial(scan_updates, acfql.ACFQLAgent._update, reduce="last"), donate_argnums=0)
+
+            def call(agent):
+                return fn(agent, batches)
+
+        from runner.seed_group import distinct_buffers
+
+        state = {"agent": distinct_buffers(agent)}  # donated: no buffer twice
+
+        def step():
+            state["agent"], info = call(state["agent"])
+            return info
+
+        calls = max(1, args.steps // k)
+        result["steps_per_s"] = calls * k / _timed(step, calls)
     elif args.worker == "eval":
         import gymnasium
         import ogbench  # noqa: F401 - registers the envs
@@ -233,7 +283,7 @@ def worker(args):
 def spawn(side, task, args, extra=()):
     """Start one worker process; returns the Popen (read its JSON with `collect`)."""
     cmd = [sys.executable, os.path.abspath(__file__), f"--worker={task}", f"--side={side}"]
-    for name in ("steps", "rows", "hidden", "layers", "batch", "eval_episodes"):
+    for name in ("steps", "rows", "hidden", "layers", "batch", "eval_episodes", "k"):
         cmd.append(f"--{name}={getattr(args, name)}")
     if args.reference_dir:
         cmd.append(f"--reference_dir={args.reference_dir}")
@@ -396,6 +446,34 @@ def section_dispatch(args, rows):
         _print(rows[-1])
 
 
+def section_overhead(args, rows):
+    """Host overhead per step with tiny networks: ours (driver paths) beside the authors' loop and the floor."""
+    tiny = argparse.Namespace(**{**vars(args), **OVERHEAD_SIZE})
+    steps = max(tiny.steps, 2000)  # tiny steps are fast: enough of them to time
+    tiny.steps = steps
+    unit = "offline steps/s (2x64, batch 64)"
+    measured = {}
+    runs = [("k=1", "loop", 1), ("k=10", "device", 10), ("k=100", "device", 100), ("floor k=100", "floor", 100)]
+    for setting, task, k in runs:
+        tiny.k = k
+        measured[setting] = collect(spawn("ours", task, tiny))["steps_per_s"]
+    tiny.k = 1
+    theirs = collect(spawn("reference", "loop", tiny))["steps_per_s"] if args.reference_dir else None
+    for setting, value in measured.items():
+        row = dict(
+            section="overhead", setting=setting, unit=unit, ours=value, reference=theirs if setting == "k=1" else None
+        )
+        if setting == "k=1" and theirs:
+            row["ratio"] = value / theirs
+        if setting == "k=100":
+            row["ratio"] = value / measured["floor k=100"]
+        rows.append(row)
+        _print(row)
+    if theirs:
+        print(f"             k=1: ours / authors' loop = {measured['k=1'] / theirs:.2f}", flush=True)
+    print(f"             k=100: ours / floor = {measured['k=100'] / measured['floor k=100']:.2f}", flush=True)
+
+
 def section_eval(args, rows):
     import jax
     import numpy as np
@@ -471,6 +549,48 @@ def section_memory(args, rows):
         _print(rows[-1])
         rows.append(dict(section="memory", setting=f"E={eval_envs} time", unit="wall seconds", ours=seconds))
         _print(rows[-1])
+
+
+def section_donation(args, rows):
+    import functools
+
+    import jax
+    import numpy as np
+
+    from agents import acfql
+    from runner.seed_group import distinct_buffers
+    from utils import device_sampler
+    from utils.datasets import Dataset
+
+    config = _config(acfql, args)
+    agent = distinct_buffers(acfql.ACFQLAgent.create(0, np.zeros(40, np.float32), np.zeros(5, np.float32), config))
+    batch = jax.device_put(_stacked_random_batches(np.random.default_rng(0), 1, args.batch))
+    batch = {k: v[0] for k, v in batch.items()}
+    sampler = device_sampler.DeviceWindowSampler.create(
+        Dataset.create(**_synthetic_fields(args.rows), seed=0), 5, config["discount"]
+    )
+    calls = {
+        "k=1": (lambda a, b: a.update(b), (agent, batch)),
+        "k=100": (
+            functools.partial(device_sampler.offline_updates, num_steps=100),
+            (agent, sampler, jax.random.PRNGKey(0), np.int32(1)),
+        ),
+    }
+    for setting, (fn, call_args) in calls.items():
+        for donate in (False, True):
+            jitted = jax.jit(fn, donate_argnums=0) if donate else jax.jit(fn)
+            stats = jitted.lower(*call_args).compile().memory_analysis()
+            held = (stats.argument_size_in_bytes + stats.output_size_in_bytes - stats.alias_size_in_bytes
+                    + stats.temp_size_in_bytes)  # fmt: skip
+            detail = {
+                name: getattr(stats, f"{name}_size_in_bytes") / 2**20
+                for name in ("argument", "output", "alias", "temp")
+            }
+            label = f"{setting}, {'donated' if donate else 'not donated'}"
+            rows.append(dict(section="donation", setting=label, unit="device MB held by one call", ours=held / 2**20,
+                             **detail))  # fmt: skip
+            _print(rows[-1])
+            print("             " + ", ".join(f"{k} {v:.1f} MB" for k, v in detail.items()), flush=True)
 
 
 def section_generation(args, rows):
@@ -555,8 +675,10 @@ def main(args):
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
     print(f"QC-FQL {args.layers}x{args.hidden}, batch {args.batch}, h=5, obs 40, action 5")
     rows = []
-    sections = {"updates": section_updates, "seeds": section_seeds, "dispatch": section_dispatch, "eval": section_eval,
-                "memory": section_memory, "generation": section_generation, "startup": section_startup}  # fmt: skip
+    sections = {"updates": section_updates, "seeds": section_seeds, "dispatch": section_dispatch,
+                "overhead": section_overhead, "eval": section_eval,
+                "memory": section_memory, "donation": section_donation, "generation": section_generation,
+                "startup": section_startup}  # fmt: skip
     for name in args.sections.split(","):
         sections[name](args, rows)
     print(f"load {os.getloadavg()[0]:.2f}")
