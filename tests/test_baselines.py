@@ -223,12 +223,15 @@ def test_a_vmapped_seed_group_of_rebrac_equals_separate_agents():
 def test_rebrac_trains_actor_and_targets_on_every_second_update():
     agent = make_agent(rebrac, horizon_length=1, alpha_actor=0.1)
     params = [agent.network.params]
-    flags = []
+    flags, actor_losses = [], []
     for seed in range(4):
         agent, info = agent.update(make_batch(seed, 1))
         params.append(agent.network.params)
         flags.append(float(info["actor/full_update"]))
+        actor_losses.append(float(info["actor/actor_loss"]))
     assert flags == [0.0, 1.0, 0.0, 1.0]
+    # A critic-only update does not compute the actor's loss (the release's work): its actor info is NaN.
+    assert np.isnan(actor_losses[0]) and np.isnan(actor_losses[2]) and np.isfinite(actor_losses[1::2]).all()
 
     def same(name, k):
         leaves = zip(*(jax.tree_util.tree_leaves(p[name]) for p in (params[k], params[k + 1])), strict=True)
