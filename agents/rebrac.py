@@ -115,13 +115,22 @@ class ReBRACAgent(flax.struct.PyTreeNode):
     def total_loss(self, batch, grad_params, rng, full_update):
         """`critic_loss`, plus `actor_loss` where `full_update` (a traced bool); info of both.
 
-        The actor's info is logged on every update (the loss at the current parameters); only its gradient
-        waits for the full updates (the release logs `actor/...` on full updates only).
+        A critic-only update does not compute the actor's loss at all (`lax.cond`: the release's critic-only
+        update, whose work is half the full one's), so its `actor/...` entries are NaN, "not computed" (the
+        release logs them on full updates only); `actor/full_update` says which updates trained the actor.
+        Under `vmap` (a seed group) both branches run and the right one is selected, values unchanged.
         """
         _, _, critic_rng = jax.random.split(rng, 3)  # the release's split: (rng, actor_rng, critic_rng)
         critic_loss, critic_info = self.critic_loss(batch, grad_params, critic_rng)
-        actor_loss, actor_info = self.actor_loss(batch, grad_params)
-        loss = critic_loss + jnp.where(full_update, actor_loss, 0.0)
+
+        def skip_actor(batch, grad_params):
+            shapes = jax.eval_shape(self.actor_loss, batch, grad_params)[1]
+            return jnp.zeros((), jnp.float32), jax.tree_util.tree_map(
+                lambda x: jnp.full(x.shape, jnp.nan, x.dtype), shapes
+            )
+
+        actor_loss, actor_info = jax.lax.cond(full_update, self.actor_loss, skip_actor, batch, grad_params)
+        loss = critic_loss + actor_loss
         return loss, {**critic_info, **actor_info, "actor/full_update": jnp.asarray(full_update, jnp.float32)}
 
     @staticmethod

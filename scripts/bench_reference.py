@@ -1,4 +1,4 @@
-"""Speed of our ACFQL (or DQC) gradient step against the authors' code, as a ratio measured in one run.
+"""Speed of our ACFQL (DQC, IQL, ReBRAC, IFQL) gradient step against the authors' code, as a ratio measured in one run.
 
 What it measures: steps/s of `ACFQLAgent.update(batch)` (one jitted gradient step of critic and
 actor plus the target-critic update) in this repository (agents/acfql.py) and in the authors'
@@ -27,6 +27,16 @@ Getting the reference code: clone the authors' repository at the commit this pro
     python scripts/bench_reference.py --reference_dir=/path/to/qc --method=qc      # QC, best-of-32
     python scripts/bench_reference.py --reference_dir=/path/to/qc --hidden=64 --layers=2 --batch=64
     python scripts/bench_reference.py --reference_dir=/path/to/dqc --method=dqc --h=25   # DQC h=25 h_a=5
+
+`--method=iql|rebrac|ifql` times the Q-chunking paper's baselines against the release they come from,
+seohongpark/fql at 719d044 (`git clone https://github.com/seohongpark/fql /path/to/fql && git -C /path/to/fql
+checkout 719d044`; its `agents/__init__.py` imports all its agents). Both sides are one-step agents (h = 1): each
+builds the same random batches; ours reads them as windows of one step `(B, 1, ...)` (docs/batch_contract.md),
+the release as the single-step arrays `(B, ...)` its `main.py` feeds it (the same numbers, the window axis
+dropped). ReBRAC's release update takes `full_update` from its caller (`i % actor_freq == 0` for update
+`i = 1, 2, ...`, as its `main.py`); ours decides from its own step count, the same schedule.
+
+    python scripts/bench_reference.py --reference_dir=/path/to/fql --method=rebrac --hidden=256 --batch=256
 
 `--method=dqc` times `DQCAgent.update` against the DQC release (ColinQiyangLi/dqc at df89825) on batches of
 its goal-conditioned windows (`--h` is the critic chunk `backup_horizon`, the policy chunk is 5, goals of
@@ -61,6 +71,22 @@ METHODS = {
         distill_method="expectile",
         implicit_backup_type="quantile",
     ),  # fmt: skip
+    # The Q-chunking paper's one-step baselines (its cube values; they do not change the work) against the FQL
+    # release (seohongpark/fql at 719d044).
+    "iql": dict(actor_loss="awr", alpha=0.3, expectile=0.9),
+    "rebrac": dict(alpha_actor=0.1),
+    "ifql": dict(num_samples=32, expectile=0.9),
+}
+# The methods whose reference is the FQL release: one-step agents, fed batches without a window axis.
+FQL_RELEASE = ("iql", "rebrac", "ifql")
+# The agent class of each method (ours and the reference's have the same names) and its module under agents/.
+AGENTS = {
+    "qcfql": ("acfql", "ACFQLAgent"),
+    "qc": ("acfql", "ACFQLAgent"),
+    "dqc": ("dqc", "DQCAgent"),
+    "iql": ("iql", "IQLAgent"),
+    "rebrac": ("rebrac", "ReBRACAgent"),
+    "ifql": ("ifql", "IFQLAgent"),
 }
 # Config keys whose values legitimately differ in form between the two sides (filled in by create()).
 SHAPE_KEYS = ("ob_dims", "action_dim")
@@ -91,15 +117,16 @@ def parse_args(argv=None):
     p.add_argument(
         "--reference_dir",
         default=None,
-        help="root of the authors' repository (ColinQiyangLi/qc at commit 48283b4), the folder that "
-        "holds their agents/ and utils/; required",
+        help="root of the authors' repository (ColinQiyangLi/qc at commit 48283b4; ColinQiyangLi/dqc at df89825 "
+        "for --method=dqc; seohongpark/fql at 719d044 for iql, rebrac, ifql), the folder that holds their agents/ "
+        "and utils/; required",
     )
     p.add_argument(
         "--method",
         choices=sorted(METHODS),
         default="qcfql",
         help="qcfql: actor_type distill-ddpg, alpha 100 (default); qc: best-of-n with 32 samples; dqc: DQC h=--h "
-        "h_a=5 against the DQC release",
+        "h_a=5 against the DQC release; iql, rebrac, ifql: the paper's one-step baselines against the FQL release",
     )
     p.add_argument(
         "--rounds",
@@ -120,7 +147,12 @@ def parse_args(argv=None):
     p.add_argument("--hidden", type=int, default=512, help="width of every hidden layer, actors and critic (512)")
     p.add_argument("--layers", type=int, default=4, help="hidden layers per MLP, actors and critic (default 4)")
     p.add_argument("--batch", type=int, default=256, help="batch size B (default 256)")
-    p.add_argument("--h", type=int, default=5, help="action chunk length, horizon_length (default 5)")
+    p.add_argument(
+        "--h",
+        type=int,
+        default=None,
+        help="action chunk length, horizon_length (default 5; iql, rebrac, ifql: 1, the only one they take)",
+    )
     p.add_argument("--obs_dim", type=int, default=40, help="observation size D (default 40)")
     p.add_argument("--action_dim", type=int, default=5, help="single-step action size A (default 5)")
     p.add_argument("--goal_dim", type=int, default=9, help="dqc: goal (oracle representation) size G (default 9)")
@@ -144,6 +176,10 @@ def parse_args(argv=None):
         help="internal: run one timing worker for this implementation and print one JSON line",
     )
     args = p.parse_args(argv)
+    if args.h is None:
+        args.h = 1 if args.method in FQL_RELEASE else 5
+    elif args.method in FQL_RELEASE and args.h != 1:
+        p.error(f"--method={args.method}: the release's agent is one-step, --h must be 1, got {args.h}")
     for name in ("rounds", "steps", "warmup", "num_batches", "hidden", "layers", "batch", "h", "obs_dim", "action_dim",
                  "goal_dim"):  # fmt: skip
         if getattr(args, name) < 1:
@@ -152,7 +188,7 @@ def parse_args(argv=None):
         if not args.reference_dir:
             p.error("--reference_dir is required (the root of the authors' repository)")
         args.reference_dir = os.path.abspath(os.path.expanduser(args.reference_dir))
-        agent_file = "dqc.py" if args.method == "dqc" else "acfql.py"
+        agent_file = AGENTS[args.method][0] + ".py"
         if not os.path.isfile(os.path.join(args.reference_dir, "agents", agent_file)):
             p.error(f"--reference_dir={args.reference_dir} has no agents/{agent_file}")
     return args
@@ -229,6 +265,20 @@ def _checksum(batches):
     return digest.hexdigest()[:16]
 
 
+def single_step(batch):
+    """A one-step window batch `(B, 1, ...)` as the FQL release's `main.py` feeds its agents: `(B, ...)`."""
+    return {k: v if k == "observations" else v[:, 0] for k, v in batch.items()}
+
+
+def update_call(args, config):
+    """`(agent, batch, i) -> (agent, info)` for update `i = 1, 2, ...`: `agent.update(batch)`, except the FQL
+    release's ReBRAC, whose caller passes `full_update=(i % actor_freq == 0)` (its `main.py`)."""
+    if args.method == "rebrac" and args.worker == "reference":
+        freq = config["actor_freq"]
+        return lambda agent, batch, i: agent.update(batch, full_update=(i % freq == 0))
+    return lambda agent, batch, i: agent.update(batch)
+
+
 def _jsonable(config):
     return json.loads(json.dumps({k: config[k] for k in config}, default=str))
 
@@ -241,36 +291,44 @@ def run_worker(args):
     import numpy as np
 
     dqc = args.method == "dqc"
-    module = importlib.import_module("agents.dqc" if dqc else "agents.acfql")
+    module_name, class_name = AGENTS[args.method]
+    module = importlib.import_module(f"agents.{module_name}")
     if not os.path.realpath(module.__file__).startswith(os.path.realpath(root) + os.sep):
         raise RuntimeError(f"imported {module.__file__}, expected a file under {root}")
 
     config = module.get_config()
     config.update(METHODS[args.method])
-    config["backup_horizon" if dqc else "horizon_length"] = args.h
+    if args.method not in FQL_RELEASE:  # the release's baselines have no h; ours default to the one step they run
+        config["backup_horizon" if dqc else "horizon_length"] = args.h
     config["batch_size"] = args.batch  # read only by the drivers; set so that the configs say what was run
     config["actor_hidden_dims"] = config["value_hidden_dims"] = (args.hidden,) * args.layers
     ex_obs, ex_action = np.zeros(args.obs_dim, np.float32), np.zeros(args.action_dim, np.float32)
     host_batches = make_dqc_batches(args) if dqc else make_batches(args)
-    if not dqc:
-        agent = module.ACFQLAgent.create(args.seed, ex_obs, ex_action, config)
+    checksum = _checksum(host_batches)  # of the numbers both sides get, before the release's reshaping
+    agent_class = getattr(module, class_name)
+    if args.method in FQL_RELEASE and args.worker == "reference":  # the release builds from example batches
+        host_batches = [single_step(b) for b in host_batches]
+        agent = agent_class.create(args.seed, ex_obs[None], ex_action[None], config)
+    elif not dqc:
+        agent = agent_class.create(args.seed, ex_obs, ex_action, config)
     elif args.worker == "ours":
-        agent = module.DQCAgent.create(args.seed, ex_obs, ex_action, config, ex_goals=np.zeros(args.goal_dim))
+        agent = agent_class.create(args.seed, ex_obs, ex_action, config, ex_goals=np.zeros(args.goal_dim))
     else:  # the release builds from an example batch
-        agent = module.DQCAgent.create(args.seed, {k: v[:1] for k, v in host_batches[0].items()}, config)
+        agent = agent_class.create(args.seed, {k: v[:1] for k, v in host_batches[0].items()}, config)
+    update = update_call(args, config)
 
     batches = [jax.device_put(b) for b in host_batches]
     jax.block_until_ready(batches)
 
     start = time.perf_counter()
     for i in range(args.warmup):
-        agent, _ = agent.update(batches[i % len(batches)])
+        agent, _ = update(agent, batches[i % len(batches)], i + 1)
     jax.block_until_ready(agent)
     warmup_s = time.perf_counter() - start
 
     start = time.perf_counter()
     for i in range(args.steps):
-        agent, _ = agent.update(batches[i % len(batches)])
+        agent, _ = update(agent, batches[i % len(batches)], args.warmup + i + 1)
     jax.block_until_ready(agent)
     seconds = time.perf_counter() - start
 
@@ -285,7 +343,7 @@ def run_worker(args):
                 warmup_s=warmup_s,
                 backend=jax.default_backend(),
                 devices=[str(d) for d in jax.devices()],
-                batch_checksum=_checksum(host_batches),
+                batch_checksum=checksum,
                 config=_jsonable(agent.config),
             )
         ),

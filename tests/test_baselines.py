@@ -189,15 +189,49 @@ def test_batch_update_equals_sequential_updates(module, overrides):
     )
 
 
+def test_a_vmapped_seed_group_of_rebrac_equals_separate_agents():
+    """`--num_seeds=2 --seed_batching=vmap` (the GPU default; the driver runs of tests/test_baselines_workflow.py
+    take `map`, the CPU's, which calls each seed's own `update`): the stacked agents' update gives each seed its
+    own agent's, ReBRAC's actor and target steps included (they follow the step count, traced per seed here)."""
+    import types
+
+    from runner import seed_group
+
+    module, overrides = CASES[2]  # the config of test_batch_update_equals_sequential_updates: compiled once
+    assert module is rebrac
+    singles = [make_agent(rebrac, seed=s, **overrides) for s in (0, 1)]
+    cfg = types.SimpleNamespace(seed_batching="vmap")
+    group = seed_group.SeedGroup([types.SimpleNamespace(agent=a, cfg=cfg) for a in singles])
+    stacked, update = group.agent, group.update_fn()
+    close = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)  # noqa: E731
+    for step in range(3):  # a critic-only, a full and a critic-only update
+        batches = [make_batch(20 + 2 * step + s, 1) for s in (0, 1)]
+        stacked, info = update(stacked, jax.tree_util.tree_map(lambda *x: np.stack(x), *batches))
+        for s in (0, 1):
+            singles[s], single_info = singles[s].update(batches[s])
+            close(info["critic/critic_loss"][s], single_info["critic/critic_loss"])
+            assert float(info["actor/full_update"][s]) == float(single_info["actor/full_update"]) == (step == 1)
+    for s in (0, 1):
+        mine = group.agent_for(stacked, s)
+        assert int(mine.network.step) == 4
+        jax.tree_util.tree_map(close, mine.network.params, singles[s].network.params)
+    # The two seeds learned different agents (a group that ran one seed twice would pass the checks above).
+    leaves = [jax.tree_util.tree_leaves(a.network.params) for a in singles]
+    assert any(not np.allclose(a, b) for a, b in zip(*leaves, strict=True))
+
+
 def test_rebrac_trains_actor_and_targets_on_every_second_update():
     agent = make_agent(rebrac, horizon_length=1, alpha_actor=0.1)
     params = [agent.network.params]
-    flags = []
+    flags, actor_losses = [], []
     for seed in range(4):
         agent, info = agent.update(make_batch(seed, 1))
         params.append(agent.network.params)
         flags.append(float(info["actor/full_update"]))
+        actor_losses.append(float(info["actor/actor_loss"]))
     assert flags == [0.0, 1.0, 0.0, 1.0]
+    # A critic-only update does not compute the actor's loss (the release's work): its actor info is NaN.
+    assert np.isnan(actor_losses[0]) and np.isnan(actor_losses[2]) and np.isfinite(actor_losses[1::2]).all()
 
     def same(name, k):
         leaves = zip(*(jax.tree_util.tree_leaves(p[name]) for p in (params[k], params[k + 1])), strict=True)

@@ -44,3 +44,37 @@ def test_benchmark_bad_arguments(argv, capsys):
     with pytest.raises(SystemExit) as e:
         _script("benchmark").main(argv)
     assert e.value.code == 2 and "must be >= 1 and --warmup" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        # The FQL release's baselines are one-step agents: a chunk length is refused, not silently dropped.
+        (["--method=iql", "--h=5"], "--method=iql: the release's agent is one-step, --h must be 1, got 5"),
+        # The reference folder must hold the method's own agent file (an ACFQL release has no agents/rebrac.py).
+        (["--method=rebrac", "--reference_dir=REF"], "has no agents/rebrac.py"),
+    ],
+)
+def test_bench_reference_baselines_bad_arguments(argv, message, tmp_path, capsys):
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "acfql.py").write_text("")
+    argv = [a.replace("REF", str(tmp_path)) for a in argv]
+    with pytest.raises(SystemExit) as e:
+        _script("bench_reference").parse_args(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_bench_reference_baselines_default_to_one_step(tmp_path):
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "ifql.py").write_text("")
+    bench = _script("bench_reference")
+    args = bench.parse_args(["--method=ifql", f"--reference_dir={tmp_path}"])
+    assert args.h == 1 and bench.AGENTS["ifql"] == ("ifql", "IFQLAgent")
+    assert bench.parse_args(["--method=qc", f"--reference_dir={tmp_path}", "--worker=ours"]).h == 5
+    # The release's batches: the one-step window's numbers without the window axis.
+    import numpy as np
+
+    batch = bench.make_batches(bench.parse_args(["--method=ifql", f"--reference_dir={tmp_path}", "--batch=3"]))[0]
+    single = bench.single_step(batch)
+    assert single["observations"].shape == (3, 40) and single["actions"].shape == (3, 5)
+    assert single["rewards"].shape == (3,) and np.array_equal(single["next_actions"], batch["next_actions"][:, 0])

@@ -107,31 +107,6 @@ def test_main_offline_then_online(dataset_path, tmp_path, actor):
     assert sorted(os.listdir(os.path.join(run_dir, "checkpoints"))) == ["agent_12.msgpack", "agent_6.msgpack"]
 
 
-def test_qc_ifql_by_name_offline_then_online(dataset_path, tmp_path):
-    """A baseline by name (--method=qc-ifql, issue 28): main.py loads agents/ifql.py, fills the paper's values
-    (cube-single borrows cube-double's) and runs both phases with chunks of h (here the ablation's h = 3)."""
-    run_dir = _run(
-        "main.py",
-        dataset_path,
-        tmp_path,
-        "--offline_steps=4",
-        "--online_steps=4",
-        "--start_training=2",
-        "--method=qc-ifql",
-        "--agent.num_samples=4",
-        "--agent.flow_steps=2",
-    )
-    rows = _eval_rows(run_dir)
-    assert [int(r["step"]) for r in rows] == [4, 8]
-    _check_eval_rows(rows, h=3)
-    meta = json.load(open(os.path.join(run_dir, "flags.json")))
-    agent = meta["agent"]
-    assert agent["agent_name"] == "ifql" and agent["horizon_length"] == 3 and agent["action_chunking"] is True
-    assert agent["expectile"] == 0.9 and agent["num_samples"] == 4 and meta["flags"]["sparse"] is False
-    assert meta["method"]["name"] == "qc-ifql" and meta["method"]["sources"]["agent.expectile"] == "preset"
-    assert meta["method"]["sources"]["agent.num_samples"] == "command line"
-
-
 def test_main_online_smoke(dataset_path, tmp_path):
     run_dir = _run(
         "main_online.py", dataset_path, tmp_path, "--online_steps=8", "--start_training=4", "--offline_ratio=0.5"

@@ -898,3 +898,44 @@ def test_a_combination_of_no_method_gets_the_agent_label():
 def test_format_of_values_in_labels():
     assert pc.plot_runs._format((512, 512, 512)) == "512x3" and pc.plot_runs._format((256, 512)) == "(256,512)"
     assert pc.plot_runs._format(3e-4) == "0.0003" and pc.plot_runs._format(np.float64(2.0).item()) == "2"
+
+
+# ---------------------------------------------------------------- the baselines of issue 28 beside their curves
+
+BASELINE_LABELS = {"iql": "IQL", "rebrac": "ReBRAC", "ifql": "IFQL", "ifql-n": "IFQL-n", "qc-ifql": "QC-IFQL"}
+
+
+def _paper_config(method, env_name):
+    """The agent config `main.py --method=METHOD --env_name=ENV` runs with, as flags.json records it."""
+    from runner import methods
+
+    spec = agents.method_owner(method)
+    config = spec.get_config().to_dict()
+    for name, value in methods.preset("main", method, env_name).items():
+        if name.startswith("agent.") or name == "horizon_length":
+            config[name.removeprefix("agent.")] = value
+    return spec.check_config(config)
+
+
+def test_each_baseline_is_labelled_by_its_paper_name_beside_its_released_curve(tmp_path, capsys):
+    """Runs of `--method=iql|rebrac|ifql|ifql-n|qc-ifql` (their recorded configs) are labelled with the paper's names,
+    and the table puts the released curve of that name beside each; one key changed is no longer the method's."""
+    env = "cube-double-play-singletask-task2-v0"
+    for i, method in enumerate(BASELINE_LABELS):
+        config = _paper_config(method, env)
+        record = _record(config, env, 0, 2, h=config["horizon_length"])
+        assert pc.label_of(record) == (BASELINE_LABELS[method],) * 2
+        write_run(tmp_path / "runs" / method, record, [(8000, 0.1 * i), (10000, 0.1 * i + 0.05)])
+    changed = _record({**_paper_config("iql", env), "expectile": 0.7}, env, 0, 2, h=1)
+    assert pc.label_of(changed)[1] == "IQL expectile=0.7"
+    out = tmp_path / "plots"
+    assert pc.main([str(tmp_path / "runs"), f"--out_dir={out}", "--reps=50"]) == 0
+    with open(out / "curves.csv") as f:
+        assert {r["label"] for r in csv.DictReader(f)} == set(BASELINE_LABELS.values())
+    table = (out / "table.md").read_text()
+    rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines() if "| cube-double |" in line}
+    for i, label in enumerate(BASELINE_LABELS.values()):
+        assert f"| 10,000 | {0.1 * i + 0.05:.3f} [" in rows[label], rows[label]
+        for x in (1, 2):  # the released curve of the same name, at the end of the paper's offline and online phases
+            paper = _paper_value("cube-double-play-task2", label, float(x))
+            assert f"| {paper:.3f} [" in rows[label] and f"@{x}M ({label}, task 2 only)" in rows[label], rows[label]

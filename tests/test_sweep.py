@@ -24,6 +24,7 @@ import submitit
 from submitit.core import utils as submitit_utils
 from submitit.slurm import slurm as submitit_slurm
 
+import agents
 from tests.driver_runs import fault_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -207,6 +208,33 @@ def test_main_online_driver_and_its_flags(capsys):
         "cube-double-t2_bc0.01_qc-rlpd_sd0",
         "cube-double-t2_bc0.1_qc-rlpd_sd0",
     ]
+
+
+# The Q-chunking paper's baselines (issue 28): each one's agent, h, and agent keys its preset sets on cube-double.
+BASELINES = {
+    "iql": ("iql", 1, {"actor_loss": "awr", "alpha": 0.3, "expectile": 0.9}),
+    "rebrac": ("rebrac", 1, {"alpha_actor": 0.1, "alpha_critic": 0.0}),
+    "ifql": ("ifql", 1, {"action_chunking": True, "num_samples": 32, "expectile": 0.9}),
+    "ifql-n": ("ifql", 5, {"action_chunking": False, "num_samples": 32, "expectile": 0.9}),
+    "qc-ifql": ("ifql", 5, {"action_chunking": True, "num_samples": 32, "expectile": 0.9}),
+}
+
+
+def test_a_sweep_over_the_baselines_sets_each_ones_paper_flags(capsys):
+    """`--grid=method=iql,...,qc-ifql` with two seeds per process: one `--num_seeds=2` command per method, and the
+    config its driver builds from it is that method's (agent, h, chunking, the paper's cube-double values)."""
+    from runner.config import config_from_argv
+
+    commands, _ = _dry_run(capsys, f"--grid=method={','.join(BASELINES)}", "--seeds=0-1", "--seeds_per_process=2")
+    assert [_flag(c, "method") for c in commands] == list(BASELINES)
+    assert [_flag(c, "run_name") for c in commands] == [f"cube-double-t2_{m}" for m in BASELINES]
+    for words, (method, (agent_name, h, keys)) in zip(commands, BASELINES.items(), strict=True):
+        assert (_flag(words, "seed"), _flag(words, "num_seeds")) == ("0", "2")
+        cfg = config_from_argv("main", words[2:])
+        assert (cfg.agent["agent_name"], cfg.horizon_length, cfg.agent["horizon_length"]) == (agent_name, h, h), method
+        assert {k: cfg.agent[k] for k in keys} == keys and cfg.sparse is False, method
+        assert {cfg.setting_sources[f"agent.{k}"] for k in keys if f"agent.{k}" in cfg.setting_sources} == {"preset"}
+        assert agents.get(agent_name).method_of(cfg.agent) == method
 
 
 @pytest.mark.parametrize(
