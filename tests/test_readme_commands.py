@@ -234,6 +234,7 @@ def test_the_readme_is_short_and_in_the_order_a_reader_needs():
         "## Reproduced results",
         "## Methods: one command each",
         "## Decoupled Q-chunking (DQC): offline, goal-conditioned",
+        "## Speed: what a GPU pays for on every start and every step",
         "## Your own agent",
         "## Reading the code and the layout",
         "## Links",
