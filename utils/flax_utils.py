@@ -72,7 +72,9 @@ class TrainState(flax.struct.PyTreeNode):
     def create(cls, model_def, params, tx=None, **kwargs):
         opt_state = tx.init(split_targets(params)[0]) if tx is not None else None
         return cls(
-            step=1,
+            # An int32 device array, as a run state restores it: a Python int is weakly typed, so a fresh run's
+            # programs would differ from a resumed run's, and the first update would copy it in implicitly.
+            step=jnp.asarray(1, jnp.int32),
             apply_fn=model_def.apply,
             model_def=model_def,
             params=params,
@@ -180,8 +182,8 @@ def restore_agent(agent, path: str):
         restored = serialization.from_state_dict(agent, payload["agent"])
     except (ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"Checkpoint {path} does not match this agent's structure: {e}") from e
-    # jnp.shape, not .shape: a fresh TrainState's step is a Python int and a trained one's an array,
-    # both of shape (); restoring a trained agent into a freshly created template must work.
+    # jnp.shape, not .shape: a leaf may be a Python or numpy scalar (a checkpoint written before TrainState's
+    # step was an array holds an int); restoring it into a freshly created template must work.
     want = jax.tree_util.tree_map(jnp.shape, agent)
     got = jax.tree_util.tree_map(jnp.shape, restored)
     if want != got:
