@@ -3,12 +3,13 @@ section 5; the windows: docs/batch_contract.md, section 10).
 
 `offline_sampler(group)` gives the loop its `sample(first_step, n)` and the matching `update_fn()`:
 k = 1, the reference loop (the run's window source on the host, the agent's own `update`); k > 1 on the
-device (`utils.device_sampler.offline_updates`) or with a prefetching host thread (exactly k = 1's batches).
-`dispatch_size` says how many steps the next call takes: never past a step where something happens.
+device (`utils.device_sampler.offline_updates_traced`) or with a prefetching host thread (exactly k = 1's
+batches). `dispatch_size` says how many steps the next call takes: never past a step where something happens;
+every size runs the same compiled program (the count is a device scalar, `utils.flax_utils.loop_updates`).
 """
 
 import functools
-from typing import List, NamedTuple, Optional
+from typing import Dict, List, NamedTuple, Optional
 
 import jax
 import numpy as np
@@ -18,7 +19,7 @@ import agents
 from runner.cli import InputError
 from runner.seed_group import per_seed, stack_seeds
 from utils import device_sampler, seeding
-from utils.flax_utils import scan_updates
+from utils.flax_utils import loop_updates
 
 
 def _next_multiple_distance(step: int, interval: int) -> Optional[int]:
@@ -70,36 +71,53 @@ def check_resume_sampler(group, kind: str):
 
 
 class DeviceBatches(NamedTuple):
-    """What a device-sampled dispatch needs: the windows are drawn inside the update."""
+    """What a device-sampled dispatch needs: the windows are drawn inside the update. `first_step` and
+    `num_steps` are int32 device scalars (copied in explicitly, the dispatch's only host-to-device copy), so
+    every dispatch size runs the same compiled program."""
 
     sampler: device_sampler.DeviceWindowSampler
     keys: jax.Array  # the seeds' device_sampler keys: (2,) or (S, 2)
-    first_step: np.int32
-    num_steps: int
+    first_step: jax.Array
+    num_steps: jax.Array
 
 
 # The k-step updates donate the agent (argument 0) as `runner.seed_group.donating` does; never the sampler.
 @functools.lru_cache(maxsize=None)
-def _device_fn(num_seeds: int, num_steps: int, mode: str, donate: bool):
-    steps, donated = functools.partial(device_sampler.offline_updates, num_steps=num_steps), 0 if donate else ()
+def _device_fn(num_seeds: int, max_steps: int, mode: str, donate: bool):
+    steps = functools.partial(device_sampler.offline_updates_traced, max_steps=max_steps)
+    donated, axes = 0 if donate else (), (0, None, 0, None, None)
     if num_seeds == 1 or mode == "map":
         fn = jax.jit(steps, donate_argnums=donated)
-        return fn if num_seeds == 1 else per_seed(fn, mode, in_axes=(0, None, 0, None))
-    return jax.jit(per_seed(steps, mode, in_axes=(0, None, 0, None)), donate_argnums=donated)
+        return fn if num_seeds == 1 else per_seed(fn, mode, in_axes=axes)
+    return jax.jit(per_seed(steps, mode, in_axes=axes), donate_argnums=donated)
 
 
-def _agent_update(agent, batch):
-    return agent.update(batch)
+class HostBatches(NamedTuple):
+    """A dispatch of the prefetching host sampler: `batches` `(k, B, ...)` (`(S, k, B, ...)` for S seeds), of which
+    the first `num_steps` (an int32 device scalar) are used; the rest repeat the last one, so that every dispatch
+    size runs the same compiled program."""
+
+    batches: Dict
+    num_steps: jax.Array
+
+
+def _host_updates(agent, batches, num_steps, max_steps: int):
+    """`agent.update` on the first `num_steps` of `batches` `(max_steps, B, ...)`: the last step's info."""
+
+    def step(agent, i):
+        take = lambda x: jax.lax.dynamic_index_in_dim(x, i, keepdims=False)  # noqa: E731
+        return agent.update(jax.tree_util.tree_map(take, batches))
+
+    return loop_updates(step, agent, num_steps, max_steps)
 
 
 @functools.lru_cache(maxsize=None)
-def _scan_fn(num_seeds: int, mode: str, donate: bool):
-    scan = functools.partial(scan_updates, _agent_update, reduce="last")  # k host batches, the last step's info
-    donated = 0 if donate else ()
+def _host_fn(num_seeds: int, max_steps: int, mode: str, donate: bool):
+    steps, donated = functools.partial(_host_updates, max_steps=max_steps), 0 if donate else ()
     if num_seeds == 1 or mode == "map":
-        fn = jax.jit(scan, donate_argnums=donated)
-        return fn if num_seeds == 1 else per_seed(fn, mode)
-    return jax.jit(per_seed(scan, mode), donate_argnums=donated)
+        fn = jax.jit(steps, donate_argnums=donated)
+        return fn if num_seeds == 1 else per_seed(fn, mode, in_axes=(0, 0, None))
+    return jax.jit(per_seed(steps, mode, in_axes=(0, 0, None)), donate_argnums=donated)
 
 
 class OfflineSampler:
@@ -116,7 +134,7 @@ class OfflineSampler:
 
     def sample(self, first_step: int, n: int):
         """The windows of offline steps `first_step .. first_step + n - 1` of every seed, after moving to
-        the next dataset shard when one is due: `(B, ...)` (k = 1), `(n, B, ...)` (host, k > 1), a
+        the next dataset shard when one is due: `(B, ...)` (k = 1), `HostBatches` (host, k > 1), a
         `DeviceBatches` (device); a leading seed axis `S` for several seeds."""
         group, size = self.group, self.group.agent_config["batch_size"]
         if group.shard_due(first_step):
@@ -127,7 +145,8 @@ class OfflineSampler:
             if self.kind == "device":
                 if self._device is None:
                     self._device = group.runs[0].windows.on_device()
-                return DeviceBatches(self._device, self._keys, np.int32(first_step), n)
+                first, count = jax.device_put((np.int32(first_step), np.int32(n)))  # explicit, as written above
+                return DeviceBatches(self._device, self._keys, first, count)
             if self.k == 1:
                 return stack_seeds([run.windows.sample(size) for run in group.runs])
             if not self._prefetchers:
@@ -148,21 +167,25 @@ class OfflineSampler:
             per_seed_batches = []
             for prefetcher in self._prefetchers:
                 items = [next(prefetcher) for _ in range(n)]  # each (1, B, ...)
+                items += items[-1:] * (self.k - n)  # always (k, B, ...): one program for every dispatch size
                 per_seed_batches.append({k: jax.numpy.concatenate([item[k] for item in items]) for k in items[0]})
             if len(per_seed_batches) == 1:
-                return per_seed_batches[0]
-            return {k: jax.numpy.stack([b[k] for b in per_seed_batches]) for k in per_seed_batches[0]}
+                batches = per_seed_batches[0]
+            else:
+                batches = {k: jax.numpy.stack([b[k] for b in per_seed_batches]) for k in per_seed_batches[0]}
+            return HostBatches(batches, jax.device_put(np.int32(n)))
 
     def update_fn(self):
         """`(agent, batch) -> (agent, info)` for `sample`'s batches; the agent's own `update` for k = 1, one seed."""
         group = self.group
         if self.kind == "device":
-            return lambda agent, b: _device_fn(group.num_seeds, b.num_steps, group.seed_batching, group.donate)(
-                agent, b.sampler, b.keys, b.first_step
+            return lambda agent, b: _device_fn(group.num_seeds, self.k, group.seed_batching, group.donate)(
+                agent, b.sampler, b.keys, b.first_step, b.num_steps
             )
         if self.k == 1:
             return group.update_fn()
-        return _scan_fn(group.num_seeds, group.seed_batching, group.donate)
+        host = _host_fn(group.num_seeds, self.k, group.seed_batching, group.donate)
+        return lambda agent, b: host(agent, b.batches, b.num_steps)
 
     def _close_prefetchers(self):
         for prefetcher in self._prefetchers:

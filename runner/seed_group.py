@@ -58,6 +58,11 @@ def _act_seed(stacked, index, observations, rng, method="sample_actions"):
     return getattr(_slice(stacked, index), method)(observations, rng)
 
 
+def _entry(s: int, x):
+    """Entry `s` of `x`'s leading axis; a device array's by a static slice (`x[s]` would copy `s` to the device)."""
+    return jax.lax.index_in_dim(x, s, keepdims=False) if isinstance(x, jax.Array) else x[s]
+
+
 def per_seed(fn, mode: str, in_axes=0):
     """`fn` applied to every seed: the arguments with `in_axes == 0` hold one entry per seed, the others
     (`None`) are shared; returns `(agents, info)` with the info stacked on a leading seed axis.
@@ -74,7 +79,7 @@ def per_seed(fn, mode: str, in_axes=0):
         agents = args[0]
         outs = []
         for s in range(len(agents)):
-            one = [a[s] if i == 0 else (jax.tree_util.tree_map(lambda x, s=s: x[s], a) if ax == 0 else a)
+            one = [a[s] if i == 0 else (jax.tree_util.tree_map(functools.partial(_entry, s), a) if ax == 0 else a)
                    for i, (a, ax) in enumerate(zip(args, axes, strict=True))]  # fmt: skip
             outs.append(fn(*one))
         infos = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *[info for _, info in outs])

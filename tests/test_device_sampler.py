@@ -23,6 +23,7 @@ from utils.device_sampler import (
     estimate_nbytes,
     fits_on_device,
     offline_updates,
+    offline_updates_traced,
 )
 from utils.flax_utils import scan_updates
 
@@ -299,6 +300,26 @@ def test_vmapped_offline_updates_equal_each_alone(setup):
         alone, info = offline_updates(single, sampler, keys[i], 4, num_steps=5)
         assert_trees_close(jax.tree_util.tree_map(lambda x, i=i: x[i], together), alone, rtol=1e-6, atol=1e-6)
         assert_trees_close(jax.tree_util.tree_map(lambda x, i=i: x[i], infos), info, rtol=1e-6, atol=1e-6)
+
+
+def test_traced_step_count_runs_every_size_with_one_program(setup):
+    """`offline_updates_traced`: 2 then 3 steps equal `offline_updates`' 5 (and its last info), and the sizes
+    1, 2, 3 share one compiled program (a static count would compile each: a new program at every dispatch
+    of a new size, after warm-up, in `main.py --updates_per_dispatch`)."""
+    agent, _, sampler = setup
+    key, count = jax.random.PRNGKey(5), lambda n: jax.device_put(np.int32(n))
+    before = offline_updates_traced._cache_size()
+    two, _ = offline_updates_traced(agent, sampler, key, count(4), count(2), max_steps=4)
+    five, info = offline_updates_traced(two, sampler, key, count(6), count(3), max_steps=4)
+    assert offline_updates_traced._cache_size() == before + 1
+    want, want_info = offline_updates(agent, sampler, key, 4, num_steps=5)
+    tol = dict(rtol=0.0, atol=0.0) if jax.default_backend() == "cpu" else dict(rtol=1e-6, atol=1e-7)
+    assert_trees_close(five, want, **tol)
+    assert_trees_close(info, want_info, **tol)
+    assert int(five.network.step) == int(agent.network.step) + 5
+    one, _ = offline_updates_traced(agent, sampler, key, count(4), count(1), max_steps=4)
+    assert offline_updates_traced._cache_size() == before + 1
+    assert max_difference(one.network.params, two.network.params) > 1e-6  # the count is used
 
 
 # --------------------------------------------------------------------------------------------

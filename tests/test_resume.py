@@ -14,7 +14,7 @@ import shutil
 import pytest
 
 from runner import resume
-from tests.driver_runs import assert_same_run, run_driver, tiny_dataset, tmpfs
+from tests.driver_runs import assert_same_run, assert_warm_compiles, run_driver, tiny_dataset, tmpfs
 
 pytestmark = pytest.mark.slow
 
@@ -46,16 +46,17 @@ def dataset_path(tmp_path_factory):
     return tiny_dataset(tmp_path_factory.mktemp("data"))
 
 
-def _run(script, save_dir, name, dataset_path, *extra, fault=None, expect=0):
-    return run_driver(script, save_dir, name, dataset_path, [*TINY, *extra], fault=fault, expect=expect, timeout=600)
+def _run(script, save_dir, name, dataset_path, *extra, fault=None, expect=0, compiles=False):
+    return run_driver(script, save_dir, name, dataset_path, [*TINY, *extra], fault=fault, expect=expect, timeout=600,
+                      compiles=compiles)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def reference_runs(tmp_path_factory, dataset_path):
     save_dir = str(tmp_path_factory.mktemp("reference"))
-    main_dir, _ = _run("main.py", save_dir, "main", dataset_path, *MAIN)
-    online_dir, _ = _run("main_online.py", save_dir, "online", dataset_path, *ONLINE)
-    return {"main": main_dir, "online": online_dir}
+    main_dir, main = _run("main.py", save_dir, "main", dataset_path, *MAIN, compiles=True)
+    online_dir, online = _run("main_online.py", save_dir, "online", dataset_path, *ONLINE, compiles=True)
+    return {"main": main_dir, "online": online_dir, "stderr": {"main": main.stderr, "online": online.stderr}}
 
 
 @pytest.mark.parametrize(
@@ -68,14 +69,20 @@ def reference_runs(tmp_path_factory, dataset_path):
     ],
 )
 def test_sigkill_then_resume_is_exact(tmp_path, dataset_path, reference_runs, script, kill_at):
-    """Killed, resumed, and with the agent donated to its updates (the reference: not donated, CPU's default)."""
+    """Killed, resumed, and with the agent donated to its updates (the reference: not donated, CPU's default).
+    Also: the runs compile nothing after their warm-up (each run state, log row, evaluation and episode of the
+    same programs), and the resumed one nothing the uninterrupted one did not (`assert_warm_compiles`)."""
     extra = [*(MAIN if script == "main.py" else ONLINE), "--donate_agent=true"]
     run_dir, _ = _run(script, str(tmp_path), "r", dataset_path, *extra, fault=f"kill@{kill_at}",
                       expect=-9)  # fmt: skip
     assert resume.latest_state(run_dir) is not None and not os.path.exists(os.path.join(run_dir, "DONE.json"))
-    _run(script, str(tmp_path), "r", dataset_path, *extra, "--resume")
+    _, resumed = _run(script, str(tmp_path), "r", dataset_path, *extra, "--resume", compiles=True)
     final = 456 if script == "main.py" else 450
-    assert_same_run(reference_runs["main" if script == "main.py" else "online"], run_dir, final)
+    name = "main" if script == "main.py" else "online"
+    assert_same_run(reference_runs[name], run_dir, final)
+    fresh = reference_runs["stderr"][name]
+    assert assert_warm_compiles(fresh) >= 400
+    assert assert_warm_compiles(resumed.stderr, fresh=fresh) >= 100
 
 
 @pytest.mark.parametrize("kind", ["signal", "interrupt"])  # SIGTERM (SLURM) and SIGINT (Ctrl-C)

@@ -23,7 +23,7 @@ from evaluation import evaluate
 from log_utils import TIME_SECTIONS, TimeSplit
 from runner import cli, dispatch, resume, seed_group, setup
 from runner.collector import OnlineCollector
-from tests.driver_runs import assert_same_run, csv_rows, run_driver, tiny_dataset
+from tests.driver_runs import assert_same_run, assert_warm_compiles, csv_rows, run_driver, tiny_dataset
 from tests.test_cli import parse
 from utils.datasets import ReplayBuffer
 
@@ -289,8 +289,9 @@ def dataset_path(tmp_path_factory):
     return tiny_dataset(tmp_path_factory.mktemp("data"))
 
 
-def _run(script, save_dir, name, dataset_path, *extra, fault=None, expect=0):
-    return run_driver(script, save_dir, name, dataset_path, [*TINY, *extra], fault=fault, expect=expect)
+def _run(script, save_dir, name, dataset_path, *extra, fault=None, expect=0, compiles=False):
+    return run_driver(script, save_dir, name, dataset_path, [*TINY, *extra], fault=fault, expect=expect,
+                      compiles=compiles)  # fmt: skip
 
 
 def _rows(path):
@@ -322,7 +323,9 @@ def test_each_seed_of_a_group_matches_its_single_seed_run(tmp_path, dataset_path
     save = str(tmp_path)
     for seed in (3, 4):
         _run(script, save, f"single{seed}", dataset_path, *extra, f"--seed={seed}")
-    _, result = _run(script, save, "group", dataset_path, *extra, "--seed=3", "--num_seeds=2", "--seed_batching=vmap")
+    _, result = _run(script, save, "group", dataset_path, *extra, "--seed=3", "--num_seeds=2", "--seed_batching=vmap",
+                     compiles=True)  # fmt: skip
+    assert assert_warm_compiles(result.stderr) >= 100  # a log row at every step: nothing compiles after the warm-up
     # Each seed's evaluation line names its seed.
     assert "step 50: eval success" in result.stderr and "(seed 3)" in result.stderr and "(seed 4)" in result.stderr
     group_dir = os.path.join(save, "g")
@@ -349,10 +352,15 @@ def test_each_seed_of_a_group_matches_its_single_seed_run(tmp_path, dataset_path
         }
         assert os.path.isfile(os.path.join(member, "DONE.json"))
     # --seed_batching=map: each seed is its single-seed run, row for row and bit for bit (both drivers).
-    _run(script, save, "mapped", dataset_path, *extra, "--seed=3", "--num_seeds=2", "--seed_batching=map")
+    _, mapped = _run(script, save, "mapped", dataset_path, *extra, "--seed=3", "--num_seeds=2", "--seed_batching=map",
+                     compiles=True)  # fmt: skip
+    assert assert_warm_compiles(mapped.stderr) >= 100
     final = 160 if script == "main.py" else 120
     for seed in (3, 4):
         assert_same_run(os.path.join(group_dir, f"single{seed}"), os.path.join(group_dir, f"mapped_sd{seed}"), final)
+
+
+DEVICE_VMAP = ["--offline_sampler=device", "--seed_batching=vmap"]  # what a GPU runs
 
 
 @pytest.mark.slow
@@ -360,37 +368,45 @@ def test_each_seed_of_a_group_matches_its_single_seed_run(tmp_path, dataset_path
     "kill_at, extra, final",
     [
         ("online:100", ["--online_steps=250"], 290),  # mid-episode in the online phase (episodes are 200 steps)
-        # between two dispatches of the device sampler
-        ("offline:30", ["--online_steps=0", "--updates_per_dispatch=10", "--offline_sampler=device"], 40),
+        # between two dispatches of the device sampler (sizes 3, 1 and 2: --state_interval=3, --log_interval=10)
+        ("offline:30", ["--online_steps=0", "--updates_per_dispatch=10", *DEVICE_VMAP], 40),
     ],
 )
 def test_killed_group_resumes_exactly(tmp_path, dataset_path, kill_at, extra, final):
+    """Also: none of the three processes compiles after its warm-up (logs, run states, evaluations, the
+    dispatch sizes), and the resumed one compiles nothing the fresh one did not (`assert_warm_compiles`)."""
     args = [*MAIN, "--offline_steps=40", "--log_interval=10", "--eval_interval=100", "--state_interval=3",
             "--num_seeds=2", "--donate_agent=true", *extra]  # fmt: skip
     save = str(tmp_path)
-    _run("main.py", save, "ref", dataset_path, *args)
-    _run("main.py", save, "cut", dataset_path, *args, fault=f"kill@{kill_at}", expect=-9)
+    _, ref = _run("main.py", save, "ref", dataset_path, *args, compiles=True)
+    _, cut = _run("main.py", save, "cut", dataset_path, *args, fault=f"kill@{kill_at}", expect=-9, compiles=True)
     group_dir = os.path.join(save, "g")
     assert resume.state_steps(os.path.join(group_dir, "cut_sd0")) == resume.state_steps(
         os.path.join(group_dir, "cut_sd1")
     )
-    _run("main.py", save, "cut", dataset_path, *args, "--resume")
+    _, resumed = _run("main.py", save, "cut", dataset_path, *args, "--resume", compiles=True)
+    assert assert_warm_compiles(ref.stderr) >= 10 and assert_warm_compiles(cut.stderr) >= 5
+    assert_warm_compiles(resumed.stderr, fresh=ref.stderr)
     for seed in (0, 1):
         assert_same_run(os.path.join(group_dir, f"ref_sd{seed}"), os.path.join(group_dir, f"cut_sd{seed}"), final)
 
 
 @pytest.mark.slow
 def test_offline_dispatch_samplers(tmp_path, dataset_path):
-    """host sampler with k = 7 equals the one-step loop exactly; the device sampler gives the same run for k = 4
-    and k = 10; a resume with the other sampler is refused."""
+    """host sampler with k = 3 equals the one-step loop exactly; the device sampler gives the same run for k = 4
+    and k = 10; a resume with the other sampler is refused. With k = 3 and 4 the dispatches before a log row
+    are shorter (2 and 1 steps): they compile nothing once the first dispatch has."""
     args = [*MAIN, "--offline_steps=40", "--online_steps=0", "--log_interval=5", "--eval_interval=0"]
     save = str(tmp_path)
     _run("main.py", save, "k1", dataset_path, *args)
-    _run("main.py", save, "host7", dataset_path, *args, "--updates_per_dispatch=7", "--offline_sampler=host")
-    _run("main.py", save, "dev4", dataset_path, *args, "--updates_per_dispatch=4", "--offline_sampler=device")
+    _, host = _run("main.py", save, "host3", dataset_path, *args, "--updates_per_dispatch=3", "--offline_sampler=host",
+                   compiles=True)  # fmt: skip
+    _, device = _run("main.py", save, "dev4", dataset_path, *args, "--updates_per_dispatch=4",
+                     "--offline_sampler=device", compiles=True)  # fmt: skip
     _run("main.py", save, "dev10", dataset_path, *args, "--updates_per_dispatch=10")  # auto: device (it fits)
+    assert assert_warm_compiles(host.stderr, warm_steps=1) >= 10 and assert_warm_compiles(device.stderr, warm_steps=1)
     g = os.path.join(save, "g")
-    assert_same_run(os.path.join(g, "k1"), os.path.join(g, "host7"), 40)
+    assert_same_run(os.path.join(g, "k1"), os.path.join(g, "host3"), 40)
     assert_same_run(os.path.join(g, "dev4"), os.path.join(g, "dev10"), 40)
     assert _rows(os.path.join(g, "k1", "offline_agent.csv")) != _rows(os.path.join(g, "dev4", "offline_agent.csv"))
     # Every row carries the time split.

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from utils.datasets import Dataset
-from utils.flax_utils import scan_updates
+from utils.flax_utils import loop_updates, scan_updates
 
 # The keys of `Dataset.sample_sequence`, in its order.
 SEQUENCE_KEYS = (
@@ -238,6 +238,21 @@ def offline_updates(agent, sampler, key: jax.Array, first_step, num_steps: int):
     steps = jnp.asarray(first_step, jnp.int32) + jnp.arange(_check_count(num_steps, "num_steps"), dtype=jnp.int32)
     (agent, _, _), info = scan_updates(_sampled_update, (agent, sampler, key), steps, reduce="last")
     return agent, info
+
+
+@functools.partial(jax.jit, static_argnames="max_steps")
+def offline_updates_traced(agent, sampler, key: jax.Array, first_step, num_steps, max_steps: int):
+    """`offline_updates` with `num_steps` an int32 array in `1..max_steps`, not static: one compiled program runs any
+    number of steps (`utils.flax_utils.loop_updates`), so the loop's dispatches of different sizes
+    (`runner.dispatch.dispatch_size`) never compile again. The same steps and batches, the LAST step's info; under
+    `jax.vmap` `num_steps` is shared (`in_axes=(0, None, 0, None, None)`)."""
+    first = jnp.asarray(first_step, jnp.int32)
+
+    def step(agent, i):
+        (agent, _, _), info = _sampled_update((agent, sampler, key), first + i)
+        return agent, info
+
+    return loop_updates(step, agent, num_steps, _check_count(max_steps, "max_steps"))
 
 
 def _same_state(a, b) -> bool:

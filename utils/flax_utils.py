@@ -72,7 +72,9 @@ class TrainState(flax.struct.PyTreeNode):
     def create(cls, model_def, params, tx=None, **kwargs):
         opt_state = tx.init(split_targets(params)[0]) if tx is not None else None
         return cls(
-            step=1,
+            # An int32 device array, as a run state restores it: a Python int is weakly typed, so a fresh run's
+            # programs would differ from a resumed run's, and the first update would copy it in implicitly.
+            step=jnp.asarray(1, jnp.int32),
             apply_fn=model_def.apply,
             model_def=model_def,
             params=params,
@@ -140,14 +142,32 @@ def select_keys(batch, keys):
 def scan_updates(update_fn, carry, xs, reduce: str = "mean"):
     """`update_fn(carry, x) -> (carry, info)` on each entry along the leading axis of `xs`, one jitted `lax.scan`.
 
-    The one scan over updates: `batch_update` (`(U, B, ...)` UTD batches, `update_fn` the agent's `_update`),
-    main.py's `--updates_per_dispatch` on stacked host batches, and on device windows
-    (`utils.device_sampler.offline_updates`, whose carry holds the sampler and `xs` the step numbers).
+    The scan over updates: `batch_update` (`(U, B, ...)` UTD batches, `update_fn` the agent's `_update`) and
+    device windows (`utils.device_sampler.offline_updates`, whose carry holds the sampler and `xs` the step
+    numbers); main.py's dispatches use `loop_updates` (any number of steps, one program).
     Returns `(carry, info)`, each info entry the mean over the steps (`reduce="mean"`, the reference's
     `batch_update`) or the last step's (`reduce="last"`: what a one-step loop logs at that step).
     """
     carry, infos = jax.lax.scan(update_fn, carry, xs)
     return carry, jax.tree_util.tree_map(jnp.mean if reduce == "mean" else (lambda x: x[-1]), infos)
+
+
+def loop_updates(step_fn, carry, num_steps, max_steps: int):
+    """`step_fn(carry, i) -> (carry, info)` for `i = 0 .. num_steps - 1` with `num_steps` traced (an int32 array in
+    `1..max_steps`): one compiled program for any number of steps. Returns `(carry, info)`, the last step's info.
+
+    A loop of `max_steps` iterations whose steps past `num_steps` are skipped by a `lax.cond`, not a loop of
+    `num_steps` iterations: with jax 0.6 on CPU, a program of such a loop with random numbers in its body runs no
+    iteration when it is read back from the persistent compilation cache (its first process runs it right).
+    """
+    _, shapes = jax.eval_shape(step_fn, carry, jax.ShapeDtypeStruct((), jnp.int32))
+    info = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+    count = jnp.asarray(num_steps, jnp.int32)
+
+    def body(i, state):
+        return jax.lax.cond(i < count, lambda state: step_fn(state[0], i), lambda state: state, state)
+
+    return jax.lax.fori_loop(0, max_steps, body, (carry, info))
 
 
 class CheckpointError(ValueError):
@@ -180,8 +200,8 @@ def restore_agent(agent, path: str):
         restored = serialization.from_state_dict(agent, payload["agent"])
     except (ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"Checkpoint {path} does not match this agent's structure: {e}") from e
-    # jnp.shape, not .shape: a fresh TrainState's step is a Python int and a trained one's an array,
-    # both of shape (); restoring a trained agent into a freshly created template must work.
+    # jnp.shape, not .shape: a leaf may be a Python or numpy scalar (a checkpoint written before TrainState's
+    # step was an array holds an int); restoring it into a freshly created template must work.
     want = jax.tree_util.tree_map(jnp.shape, agent)
     got = jax.tree_util.tree_map(jnp.shape, restored)
     if want != got:
