@@ -18,10 +18,10 @@ observation 40, action 5):
   call, the reference loop; k > 1: the device sampler and k steps per `lax.scan`); the authors' loop
   (their `Dataset.sample_sequence`, then `agent.update`, every step).
 * `overhead`: the same loops as `dispatch` with 2x64 MLPs and batch 64, where the arithmetic is negligible and
-  what remains is host work: ours runs the driver's own update (`SeedGroup.update_fn`, the agent donated) on the
-  run's host windows for k = 1, and `offline_updates` on the device sampler for k = 10, 100; the authors' loop;
-  and the floor, the same 100 updates in one bare jitted `lax.scan` over batches sampled and put on the device
-  beforehand. Each measurement is its own process, so that one's compilation or memory cannot slow another.
+  what remains is host work: ours runs the driver's own update (`SeedGroup.update_fn`) on the run's host
+  windows for k = 1, and the device sampler's `offline_updates_traced` (the agent donated) for k = 10, 100; the
+  authors' loop; and the floor, the same 100 updates in one bare jitted `lax.scan` over batches sampled and put
+  on the device beforehand. Each measurement is its own process: one's compilation or memory cannot slow another.
 * `eval`: wall seconds of `--eval_episodes` evaluation episodes of cube-double with a fresh agent:
   ours sequential, batched (`--eval_envs` envs in lockstep, in this process) and batched with
   `--eval_async_envs` envs in subprocesses; the authors' `evaluate` (which also calls the policy at
@@ -237,11 +237,12 @@ def worker(args):
         if args.worker == "device":
             dataset = Dataset.create(**_synthetic_fields(args.rows), seed=0)
             sampler = device_sampler.DeviceWindowSampler.create(dataset, 5, config["discount"])
-            fn = jax.jit(functools.partial(device_sampler.offline_updates, num_steps=k), donate_argnums=0)
-            key, first = jax.random.PRNGKey(0), {"t": 1}
+            # the driver's program: the step count traced (runner.dispatch), the agent donated
+            fn = jax.jit(functools.partial(device_sampler.offline_updates_traced, max_steps=k), donate_argnums=0)
+            key, first, count = jax.random.PRNGKey(0), {"t": 1}, jax.device_put(np.int32(k))
 
             def call(agent):
-                agent, info = fn(agent, sampler, key, np.int32(first["t"]))
+                agent, info = fn(agent, sampler, key, jax.device_put(np.int32(first["t"])), count)
                 first["t"] += k
                 return agent, info
         else:
