@@ -239,11 +239,13 @@ def _make_run_dir(cfg):
         run_dir = os.path.join(parent, exp_name)
     elif cfg.run_name:
         exp_name = cfg.run_name
+        resume.make_dirs(parent)
         try:
             run_dir = make_run_dir(parent, exp_name)
         except FileExistsError:
             raise ValueError(_taken(exp_name, [os.path.join(parent, exp_name)])) from None
     else:
+        resume.make_dirs(parent)
         for _ in range(10):  # a name collision needs the same second and the same 32 random bits
             exp_name = get_exp_name(cfg.env_name, cfg.seed)
             try:
@@ -254,6 +256,7 @@ def _make_run_dir(cfg):
         else:
             raise RuntimeError(f"could not create a new run directory in {parent}")
     if not cfg.resume:
+        resume.created(run_dir)
         resume.lock_run_dir(run_dir)  # held for this process's life: a --resume of it now is refused
     return exp_name, run_dir
 
@@ -333,13 +336,10 @@ def seed_configs(cfg) -> List:
     return configs
 
 
-def setup_runs(cfg) -> List[Run]:
-    """One `Run` per seed of `--num_seeds` (`seed_configs`): envs and data loaded once and checked, each seed's
-    envs, dataset generator, window source and agent from its own seed, states restored with `--resume`, run
-    directories written. Every input error is raised as `InputError` before training starts."""
+def _setup_runs(cfg):
+    """`setup_runs` itself: `(runs, seed group record or None)`."""
     from envs.env_utils import envs_for_seed, make_env_and_datasets
 
-    use_compilation_cache(compilation_cache_dir(cfg.compilation_cache_dir))  # before the first compilation
     with input_errors():
         check_sizes(cfg)
         configs = seed_configs(cfg)
@@ -450,6 +450,22 @@ def setup_runs(cfg) -> List[Run]:
             if meta is not None:
                 restore_offline(run, meta)
             runs.append(run)
+    return runs, group
+
+
+def setup_runs(cfg) -> List[Run]:
+    """One `Run` per seed of `--num_seeds` (`seed_configs`): envs and data loaded once and checked, each seed's
+    envs, dataset generator, window source and agent from its own seed, states restored with `--resume`, run
+    directories written. Every input error is raised as `InputError` before training starts."""
+    use_compilation_cache(compilation_cache_dir(cfg.compilation_cache_dir))  # before the first compilation
+    try:
+        runs, group = _setup_runs(cfg)
+    except BaseException:
+        # A run refused here (its data, its windows, memory, rendering, the agent) leaves no folder: the ones
+        # this process made for it (--resume --start_if_missing makes them before loading) hold only `.lock`.
+        resume.discard_unused_run_dirs()
+        raise
+    resume.forget_created_dirs()
     if group:
         names = [os.path.basename(r.run_dir) for r in runs]
         for run in runs:
