@@ -84,14 +84,16 @@ def config_flag_message(error: Exception, argv: List[str], driver: str) -> str:
     if isinstance(error, UnicodeDecodeError):  # absl reads a --flagfile as UTF-8 text
         files = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--flagfile=")]
         return f"--flagfile={','.join(files) or '?'}: not UTF-8 text ({error.reason} at byte {error.start})."
-    if isinstance(error, flags.Error):
+    if isinstance(error, flags.Error) and not str(error).startswith("flag --agent="):
         return str(error)
     argv = expanded_argv(argv)
     path = _agent_file(argv, driver)
-    try:
-        own = _load_get_config(path)
-    except Exception as e:  # noqa: BLE001 - the config file itself is broken
-        return f"--agent={path}: cannot load the agent config file ({type(e).__name__}: {e})."
+    problem = agents.file_problem(path)  # the agent file itself: one line naming it and the part that is wrong
+    if problem:
+        return problem
+    if isinstance(error, flags.Error):
+        return str(error).strip().splitlines()[0]
+    own = _load_get_config(path)
     keys = [m.group(1) for a in argv[1:] if (m := re.match(r"^--?(?:no)?agent\.([A-Za-z0-9_]+)", a))]
     unknown = [k for k in keys if hasattr(own, "get") and k not in own]
     if unknown and isinstance(error, (AttributeError, KeyError)):
@@ -165,9 +167,10 @@ def parse_flags(argv: List[str], driver: str, flag_values=FLAGS) -> List[str]:
     try:  # ml_collections defers a config file that failed to load to its first use: use it now
         config = flag_values.agent
         if not hasattr(config, "to_dict"):
+            path = _agent_file(argv, driver)
             exit_with_error(
-                f"--agent={_agent_file(argv, driver)}: its get_config() returned {type(config).__name__}, not an "
-                "ml_collections.ConfigDict."
+                agents.file_problem(path)
+                or f"--agent={path}: get_config() returned {type(config).__name__}, not an ml_collections.ConfigDict."
             )
         config.to_dict()
     except Exception as e:  # noqa: BLE001

@@ -166,7 +166,7 @@ class RunConfig:
                 value = self.horizon_length if name == "horizon_length" else getattr(self, name)
                 raise ValueError(f"--{name}={value} {why}.")
         spec = agents.get(self.agent.get("agent_name"))
-        spec.check_config(self.agent)
+        agents.checked_config(spec, self.agent)
         if self.driver not in spec.drivers:
             runs = " or ".join(f"{d}.py" for d in spec.drivers)
             raise ValueError(f"--agent.agent_name={spec.name!r} runs with {runs}, not {self.driver}.py.")
