@@ -20,6 +20,7 @@ import agents
 from log_utils import Logger, get_exp_name, make_run_dir, setup_wandb, write_json
 from runner import resume
 from runner.cli import input_errors
+from runner.config import check_goal_conditioning
 from utils import seeding
 from utils.datasets import Dataset
 from utils.device_sampler import ChunkWindows
@@ -183,21 +184,6 @@ def check_memory(cfg, dataset: Dataset, example: Dict):
     largest = max(parts, key=lambda part: part[1])[2]
     hint = " ".join(([f"--num_seeds={s}"] if s > 1 else []) + ([largest] if largest else []))
     _raise_if_too_big({name: size for name, size, _ in parts}, hint or f"--num_seeds={s}")
-
-
-def check_goal_conditioning(spec, env_data, env_name: str):
-    """`ValueError` when a goal-conditioned agent meets a single-task env, or the other way around."""
-    goal_env = bool(getattr(env_data, "goal_conditioned", False))
-    if spec.goal_conditioned and not goal_env:
-        raise ValueError(
-            f"the {spec.name} agent is goal-conditioned, but {env_name} is a single-task env; use a goal-conditioned "
-            "name such as cube-double-play-oraclerep-v0."
-        )
-    if goal_env and not spec.goal_conditioned:
-        raise ValueError(
-            f"{env_name} is goal-conditioned (evaluation goals, no task reward), but the {spec.name} agent is not; "
-            "use a goal-conditioned agent (--agent=agents/dqc.py, or --method=dqc) or a singletask env name."
-        )
 
 
 def check_rendering(env_name: str, env) -> None:
@@ -382,7 +368,7 @@ def _setup_runs(cfg):
             raise ValueError(f"{what}: {e}") from e
         check_dataset_fits_env(first_dataset, env_data.env, cfg.env_name, what)
         spec = agents.get(cfg.agent["agent_name"])
-        check_goal_conditioning(spec, env_data, cfg.env_name)
+        check_goal_conditioning(spec, bool(getattr(env_data, "goal_conditioned", False)), cfg.env_name)
         flag = "--horizon_length" if cfg.horizon_length is not None else "the agent's window length"
         check_dataset_windows(first_dataset, cfg.window_length, what, flag)
         try:  # the agent's own batch source, built here: a window it cannot draw is found before any run starts
