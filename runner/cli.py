@@ -45,6 +45,44 @@ def input_errors():
         raise InputError(str(e)) from e
 
 
+# Flags only one driver defines (the other driver's code reads `runner.config.ABSENT_FLAGS`' values).
+DRIVER_ONLY_FLAGS = {
+    "main": ("offline_steps", "updates_per_dispatch", "offline_sampler"),
+    "main_online": ("offline_ratio",),
+}
+
+
+def _argv_agent(argv: List[str], driver: str):
+    """`(how it was named, spec)` of the agent `argv` asks for (`--method` or `--agent=FILE`), or None."""
+    methods = [m.group(1) for a in argv[1:] if (m := re.match(r"^--?method=(.*)$", a))]
+    owner = agents.method_owner(methods[-1]) if methods else None
+    if owner is not None:
+        return f"--method={methods[-1]}", owner
+    files = [m.group(1) for a in argv[1:] if (m := re.match(r"^--?agent=(.*)$", a))]
+    if not files:
+        return None
+    try:
+        spec = agents.load_file(files[-1])
+        if spec is None:
+            spec = agents.REGISTRY.get(_load_get_config(os.path.abspath(files[-1])).get("agent_name"))
+    except Exception:  # noqa: BLE001 - a broken file is reported by its own error
+        return None
+    return (f"the {spec.name} agent (--agent={files[-1]})", spec) if spec is not None else None
+
+
+def _other_driver_flag_message(name: str, argv: List[str], driver: str):
+    """`--NAME` that only the other driver has: which driver has it and, when `--method` or `--agent` asks for
+    an agent of that driver, that the whole command belongs there (one message, not two in turn); else None."""
+    owner = next((d for d, names in DRIVER_ONLY_FLAGS.items() if d != driver and name in names), None)
+    if owner is None:
+        return None
+    message = f"--{name} is a flag of {owner}.py, not {driver}.py"
+    asked = _argv_agent(expanded_argv(argv), driver)
+    if asked is not None and driver not in asked[1].drivers and owner in asked[1].drivers:
+        return f"{message}; {asked[0]} runs with {owner}.py too: run python {owner}.py with these flags."
+    return f"{message}; drop it, or run python {owner}.py."
+
+
 def _load_get_config(path: str):
     spec = importlib.util.spec_from_file_location(f"_qc_agent_config_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(spec)
@@ -84,14 +122,20 @@ def config_flag_message(error: Exception, argv: List[str], driver: str) -> str:
     if isinstance(error, UnicodeDecodeError):  # absl reads a --flagfile as UTF-8 text
         files = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--flagfile=")]
         return f"--flagfile={','.join(files) or '?'}: not UTF-8 text ({error.reason} at byte {error.start})."
-    if isinstance(error, flags.Error):
+    if isinstance(error, flags.UnrecognizedFlagError):
+        other = _other_driver_flag_message(error.flagname, argv, driver)
+        if other:
+            return other
+    if isinstance(error, flags.Error) and not str(error).startswith("flag --agent="):
         return str(error)
     argv = expanded_argv(argv)
     path = _agent_file(argv, driver)
-    try:
-        own = _load_get_config(path)
-    except Exception as e:  # noqa: BLE001 - the config file itself is broken
-        return f"--agent={path}: cannot load the agent config file ({type(e).__name__}: {e})."
+    problem = agents.file_problem(path)  # the agent file itself: one line naming it and the part that is wrong
+    if problem:
+        return problem
+    if isinstance(error, flags.Error):
+        return str(error).strip().splitlines()[0]
+    own = _load_get_config(path)
     keys = [m.group(1) for a in argv[1:] if (m := re.match(r"^--?(?:no)?agent\.([A-Za-z0-9_]+)", a))]
     unknown = [k for k in keys if hasattr(own, "get") and k not in own]
     if unknown and isinstance(error, (AttributeError, KeyError)):
@@ -165,9 +209,10 @@ def parse_flags(argv: List[str], driver: str, flag_values=FLAGS) -> List[str]:
     try:  # ml_collections defers a config file that failed to load to its first use: use it now
         config = flag_values.agent
         if not hasattr(config, "to_dict"):
+            path = _agent_file(argv, driver)
             exit_with_error(
-                f"--agent={_agent_file(argv, driver)}: its get_config() returned {type(config).__name__}, not an "
-                "ml_collections.ConfigDict."
+                agents.file_problem(path)
+                or f"--agent={path}: get_config() returned {type(config).__name__}, not an ml_collections.ConfigDict."
             )
         config.to_dict()
     except Exception as e:  # noqa: BLE001

@@ -11,7 +11,7 @@ from absl import logging
 
 import agents
 from runner import methods
-from runner.cli import InputError, input_errors, parse_flags
+from runner.cli import DRIVER_ONLY_FLAGS, InputError, input_errors, parse_flags
 from utils import seeding
 
 # Flags a driver does not define, with the value the other driver's code reads.
@@ -96,17 +96,14 @@ class RunConfig:
             if "horizon_length" in config and (agent_h is None or flag_values["horizon_length"].present):
                 config["horizon_length"] = flag_h
             spec = agents.REGISTRY.get(config.get("agent_name"))
-            if spec is not None and "horizon_length" not in config and flag_values["horizon_length"].present:
-                raise ValueError(
-                    f"--horizon_length: the {spec.name} agent has no horizon_length (its chunk lengths are --agent.* "
-                    "keys, e.g. DQC's --agent.backup_horizon and --agent.policy_chunk_size); drop the flag."
-                )
+            owner = agents.method_owner(values["method"]) if values.get("method") is not None else None
+            if spec is not None and (owner is None or driver in owner.drivers):
+                # Every mistake of the agent/driver pairing in one line, the wrong driver first. Not for a method of
+                # the other driver (its error says it all), nor the driver when another check names the real
+                # mistake: --method with another agent's --agent file, a config of another agent's keys.
+                own_config = values.get("method") is None and set(config) == set(spec.get_config().keys())
+                _check_agent_flags(spec, driver, flag_values, values, config, check_driver=own_config)
             if spec is not None and not spec.online:
-                if flag_values["online_steps"].present and values["online_steps"] > 0:
-                    raise ValueError(
-                        f"--online_steps={values['online_steps']}: the {spec.name} agent learns offline only; pass "
-                        "--online_steps=0 (or leave it out)."
-                    )
                 values["online_steps"] = 0
             sources = {}
             if values.get("method") is not None:
@@ -166,10 +163,15 @@ class RunConfig:
                 value = self.horizon_length if name == "horizon_length" else getattr(self, name)
                 raise ValueError(f"--{name}={value} {why}.")
         spec = agents.get(self.agent.get("agent_name"))
-        spec.check_config(self.agent)
+        agents.checked_config(spec, self.agent)
         if self.driver not in spec.drivers:
             runs = " or ".join(f"{d}.py" for d in spec.drivers)
             raise ValueError(f"--agent.agent_name={spec.name!r} runs with {runs}, not {self.driver}.py.")
+        from envs.env_utils import is_goal_conditioned_env
+
+        # From the env's name, before its data is loaded: the data's own checks (--sparse on a goal env, a missing
+        # file) would otherwise come first, and fixing them would lead to this error.
+        check_goal_conditioning(spec, is_goal_conditioned_env(self.env_name), self.env_name)
         # A run that can never take a gradient step is a mistake, not a result. Online updates start at
         # step max(start_training, 1), and main_online.py's also wait until the replay buffer holds one
         # window (h rows, one per step) unless every row comes from the offline data.
@@ -264,6 +266,59 @@ class RunConfig:
         return found
 
 
+def _flag_problems(spec, driver: str, flag_values, values: Dict, has_horizon: bool) -> List[str]:
+    """What the flags passed to `driver` get wrong for agent `spec` besides the driver itself: `--horizon_length`
+    for an agent without one, `--online_steps > 0` for an offline-only agent and, when `spec` runs with another
+    driver, the flags that driver does not have."""
+    wrong = []
+    if not has_horizon and flag_values["horizon_length"].present:
+        wrong.append(
+            f"--horizon_length: the {spec.name} agent has no horizon_length (its chunk lengths are --agent.* keys, "
+            "e.g. DQC's --agent.backup_horizon and --agent.policy_chunk_size); drop the flag."
+        )
+    if not spec.online and flag_values["online_steps"].present and values["online_steps"] > 0:
+        wrong.append(
+            f"--online_steps={values['online_steps']}: the {spec.name} agent learns offline only; pass "
+            "--online_steps=0 (or leave it out)."
+        )
+    if driver not in spec.drivers:
+        lacks = [f"--{n}" for n in DRIVER_ONLY_FLAGS.get(driver, ()) if n in flag_values and flag_values[n].present]
+        if lacks:
+            wrong.append(
+                f"{spec.drivers[0]}.py has no {' or '.join(lacks)} flag; drop {'them' if len(lacks) > 1 else 'it'}."
+            )
+    return wrong
+
+
+def _check_agent_flags(spec, driver: str, flag_values, values: Dict, config: Dict, check_driver: bool = True):
+    """`ValueError` naming, at once, every flag the agent `spec` cannot take on `driver`: the driver itself (the
+    agent runs with another) and `_flag_problems`. One mistake, one message: doing what it says never leads to a
+    second error about the same flags."""
+    wrong = _flag_problems(spec, driver, flag_values, values, "horizon_length" in config)
+    if driver not in spec.drivers and not check_driver:
+        return  # validate() names the driver after the check that names the real mistake
+    if driver not in spec.drivers:
+        runs = " or ".join(f"{d}.py" for d in spec.drivers)
+        also = f" With {spec.drivers[0]}.py: {' '.join(wrong)}" if wrong else ""
+        raise ValueError(f"--agent.agent_name={spec.name!r} runs with {runs}, not {driver}.py.{also}")
+    if wrong:
+        raise ValueError(" ".join(wrong))
+
+
+def check_goal_conditioning(spec, goal_env: bool, env_name: str):
+    """`ValueError` when a goal-conditioned agent meets a single-task env, or the other way around."""
+    if spec.goal_conditioned and not goal_env:
+        raise ValueError(
+            f"the {spec.name} agent is goal-conditioned, but {env_name} is a single-task env; use a goal-conditioned "
+            "name such as cube-double-play-oraclerep-v0."
+        )
+    if goal_env and not spec.goal_conditioned:
+        raise ValueError(
+            f"{env_name} is goal-conditioned (evaluation goals, no task reward), but the {spec.name} agent is not; "
+            "use a goal-conditioned agent (--agent=agents/dqc.py, or --method=dqc) or a singletask env name."
+        )
+
+
 def _apply_method(driver: str, flag_values, values: Dict, config: Dict) -> Dict:
     """Fill `values` and `config` from `--method`'s preset; return each setting's source.
 
@@ -271,7 +326,16 @@ def _apply_method(driver: str, flag_values, values: Dict, config: Dict) -> Dict:
     one that changes the method).
     """
     method = values["method"]
-    spec = methods.check_method(driver, method)
+    owner = agents.method_owner(method)
+    try:
+        spec = methods.check_method(driver, method)
+    except ValueError as e:  # a method of the other driver: what else to change there, in the same message
+        wrong = (
+            []
+            if owner is None
+            else _flag_problems(owner, driver, flag_values, values, "horizon_length" in owner.get_config())
+        )
+        raise ValueError(f"{e} With {owner.drivers[0]}.py: {' '.join(wrong)}" if wrong else str(e)) from None
     if config.get("agent_name") != spec.name:
         raise ValueError(
             f"--method={method} runs the {spec.name} agent, but the agent config is "

@@ -5,6 +5,7 @@ A state is `<run_dir>/state/step_<global step, 12 digits>/` (`agent.msgpack`, `b
 half-written state is never read.
 """
 
+import contextlib
 import csv
 import fcntl
 import hashlib
@@ -181,7 +182,25 @@ def read_usable_state(run_dir: str, global_step: int, agent_template, dataset) -
     return _read_usable(path, agent_template, dataset)
 
 
-_LOCKS = []
+_LOCKS = {}  # run directory -> the open file descriptor of its `.lock`
+# Folders this process created for its runs (a run directory and the parents it needed), deepest first: a run
+# refused before it wrote anything leaves none of them behind (`discard_unused_run_dirs`).
+_CREATED: List[str] = []
+
+
+def make_dirs(run_dir: str):
+    """`os.makedirs(run_dir, exist_ok=True)`, remembering each folder it creates (`discard_unused_run_dirs`)."""
+    new, path = [], os.path.abspath(run_dir)
+    while not os.path.isdir(path) and os.path.dirname(path) != path:
+        new.append(path)
+        path = os.path.dirname(path)
+    os.makedirs(run_dir, exist_ok=True)
+    _CREATED.extend(new)
+
+
+def created(run_dir: str):
+    """Record that this process created `run_dir` (made elsewhere, e.g. `log_utils.make_run_dir`)."""
+    _CREATED.append(os.path.abspath(run_dir))
 
 
 def lock_run_dir(run_dir: str):
@@ -194,13 +213,33 @@ def lock_run_dir(run_dir: str):
         raise ValueError(
             f"{run_dir} is in use by another process (the same run started or resumed twice at once?)."
         ) from None
-    _LOCKS.append(fd)
+    _LOCKS[os.path.abspath(run_dir)] = fd
 
 
 def release_run_dirs():
     """Release every run directory this process holds (at the end of its runs)."""
     while _LOCKS:
-        os.close(_LOCKS.pop())
+        os.close(_LOCKS.popitem()[1])
+
+
+def discard_unused_run_dirs():
+    """Remove the folders this process created that hold nothing but its own `.lock` (a run refused during
+    setup, before it wrote `flags.json`): a refused run leaves no folder. Any other file keeps its folder."""
+    for path in sorted(set(_CREATED), key=len, reverse=True):  # a run directory before the parents it needed
+        if not os.path.isdir(path) or not set(os.listdir(path)) <= {".lock"}:
+            continue
+        if path in _LOCKS:
+            os.close(_LOCKS.pop(path))
+        with contextlib.suppress(OSError):
+            if os.path.exists(os.path.join(path, ".lock")):
+                os.remove(os.path.join(path, ".lock"))
+            os.rmdir(path)
+    _CREATED.clear()
+
+
+def forget_created_dirs():
+    """The runs are set up (each directory holds its `flags.json`): nothing is left to discard."""
+    _CREATED.clear()
 
 
 def _run_csvs(run_dir: str) -> List[str]:
@@ -445,7 +484,7 @@ def check_runs(configs: List) -> List[Optional[Dict]]:
         raise RunFinished(", ".join(os.path.join(c.save_dir, c.run_group, c.run_name) for c in configs))
     for cfg in configs:
         try:
-            os.makedirs(run_dir_of(cfg), exist_ok=True)
+            make_dirs(run_dir_of(cfg))  # a run started by --start_if_missing: removed again if refused in setup
             lock_run_dir(run_dir_of(cfg))
         except OSError as e:  # a read-only run directory or --save_dir
             raise ValueError(f"--resume: cannot write to {run_dir_of(cfg)} ({e.strerror or e}).") from None

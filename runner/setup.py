@@ -20,6 +20,7 @@ import agents
 from log_utils import Logger, get_exp_name, make_run_dir, setup_wandb, write_json
 from runner import resume
 from runner.cli import input_errors
+from runner.config import check_goal_conditioning
 from utils import seeding
 from utils.datasets import Dataset
 from utils.device_sampler import ChunkWindows
@@ -185,21 +186,6 @@ def check_memory(cfg, dataset: Dataset, example: Dict):
     _raise_if_too_big({name: size for name, size, _ in parts}, hint or f"--num_seeds={s}")
 
 
-def check_goal_conditioning(spec, env_data, env_name: str):
-    """`ValueError` when a goal-conditioned agent meets a single-task env, or the other way around."""
-    goal_env = bool(getattr(env_data, "goal_conditioned", False))
-    if spec.goal_conditioned and not goal_env:
-        raise ValueError(
-            f"the {spec.name} agent is goal-conditioned, but {env_name} is a single-task env; use a goal-conditioned "
-            "name such as cube-double-play-oraclerep-v0."
-        )
-    if goal_env and not spec.goal_conditioned:
-        raise ValueError(
-            f"{env_name} is goal-conditioned (evaluation goals, no task reward), but the {spec.name} agent is not; "
-            "use a goal-conditioned agent (--agent=agents/dqc.py, or --method=dqc) or a singletask env name."
-        )
-
-
 def check_rendering(env_name: str, env) -> None:
     """`ValueError` unless `env` can render a frame (needed for `--video_episodes`).
 
@@ -239,11 +225,13 @@ def _make_run_dir(cfg):
         run_dir = os.path.join(parent, exp_name)
     elif cfg.run_name:
         exp_name = cfg.run_name
+        resume.make_dirs(parent)
         try:
             run_dir = make_run_dir(parent, exp_name)
         except FileExistsError:
             raise ValueError(_taken(exp_name, [os.path.join(parent, exp_name)])) from None
     else:
+        resume.make_dirs(parent)
         for _ in range(10):  # a name collision needs the same second and the same 32 random bits
             exp_name = get_exp_name(cfg.env_name, cfg.seed)
             try:
@@ -254,6 +242,7 @@ def _make_run_dir(cfg):
         else:
             raise RuntimeError(f"could not create a new run directory in {parent}")
     if not cfg.resume:
+        resume.created(run_dir)
         resume.lock_run_dir(run_dir)  # held for this process's life: a --resume of it now is refused
     return exp_name, run_dir
 
@@ -333,13 +322,10 @@ def seed_configs(cfg) -> List:
     return configs
 
 
-def setup_runs(cfg) -> List[Run]:
-    """One `Run` per seed of `--num_seeds` (`seed_configs`): envs and data loaded once and checked, each seed's
-    envs, dataset generator, window source and agent from its own seed, states restored with `--resume`, run
-    directories written. Every input error is raised as `InputError` before training starts."""
+def _setup_runs(cfg):
+    """`setup_runs` itself: `(runs, seed group record or None)`."""
     from envs.env_utils import envs_for_seed, make_env_and_datasets
 
-    use_compilation_cache(compilation_cache_dir(cfg.compilation_cache_dir))  # before the first compilation
     with input_errors():
         check_sizes(cfg)
         configs = seed_configs(cfg)
@@ -382,7 +368,7 @@ def setup_runs(cfg) -> List[Run]:
             raise ValueError(f"{what}: {e}") from e
         check_dataset_fits_env(first_dataset, env_data.env, cfg.env_name, what)
         spec = agents.get(cfg.agent["agent_name"])
-        check_goal_conditioning(spec, env_data, cfg.env_name)
+        check_goal_conditioning(spec, bool(getattr(env_data, "goal_conditioned", False)), cfg.env_name)
         flag = "--horizon_length" if cfg.horizon_length is not None else "the agent's window length"
         check_dataset_windows(first_dataset, cfg.window_length, what, flag)
         try:  # the agent's own batch source, built here: a window it cannot draw is found before any run starts
@@ -450,6 +436,22 @@ def setup_runs(cfg) -> List[Run]:
             if meta is not None:
                 restore_offline(run, meta)
             runs.append(run)
+    return runs, group
+
+
+def setup_runs(cfg) -> List[Run]:
+    """One `Run` per seed of `--num_seeds` (`seed_configs`): envs and data loaded once and checked, each seed's
+    envs, dataset generator, window source and agent from its own seed, states restored with `--resume`, run
+    directories written. Every input error is raised as `InputError` before training starts."""
+    use_compilation_cache(compilation_cache_dir(cfg.compilation_cache_dir))  # before the first compilation
+    try:
+        runs, group = _setup_runs(cfg)
+    except BaseException:
+        # A run refused here (its data, its windows, memory, rendering, the agent) leaves no folder: the ones
+        # this process made for it (--resume --start_if_missing makes them before loading) hold only `.lock`.
+        resume.discard_unused_run_dirs()
+        raise
+    resume.forget_created_dirs()
     if group:
         names = [os.path.basename(r.run_dir) for r in runs]
         for run in runs:

@@ -344,8 +344,8 @@ def test_method_contradictions_are_errors(monkeypatch, capsys, driver, args, mes
         ("main", ["--agent.=1"], "bad --agent override"),
         ("main", ["--agent.1=2"], "bad --agent override"),
         ("main", ["--agent.actor_hidden_dims[0]=32"], "bad --agent override"),
-        ("main", ["--agent=/nonexistent.py"], "--agent=/nonexistent.py: cannot load the agent config file"),
-        ("main_online", ["--agent="], "cannot load the agent config file"),
+        ("main", ["--agent=/nonexistent.py"], "--agent=/nonexistent.py: no such file."),
+        ("main_online", ["--agent="], "--agent= names no file; pass --agent=path/to/agent.py"),
         # ml_collections joins repeated tuple overrides; repeated scalars keep the last one.
         (
             "main",
@@ -416,7 +416,7 @@ def test_agent_files_that_cannot_be_loaded_are_named(monkeypatch, capsys, tmp_pa
     not_a_config = tmp_path / "five.py"
     not_a_config.write_text("def get_config():\n    return 5\n")
     err = error_of(monkeypatch, capsys, "main", f"--agent={not_a_config}")
-    assert "its get_config() returned int, not an ml_collections.ConfigDict" in err, err
+    assert err == f"error: --agent={not_a_config}: get_config() returned int, not an ml_collections.ConfigDict.", err
     syntax = tmp_path / "syntax.py"
     syntax.write_text("def get_config(:\n")
     assert "syntax.py" in error_of(monkeypatch, capsys, "main", f"--agent={syntax}")
