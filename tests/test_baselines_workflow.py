@@ -43,8 +43,6 @@ TINY = [
 ]
 # method flags, the dispatch of both runs, where the group is killed
 FAMILIES = {
-    # windows drawn on the device, killed online: ReBRAC's actor steps follow the restored step count
-    "rebrac": (["--method=rebrac"], ["--updates_per_dispatch=4", "--offline_sampler=device"], "online:7"),
     # chunks of h=3 (the paper's ablation over h), killed online with the state of step 5 mid-chunk
     "qc-ifql": (
         ["--method=qc-ifql", "--horizon_length=3", "--agent.num_samples=4", "--agent.flow_steps=2"],
@@ -52,6 +50,9 @@ FAMILIES = {
         "online:8",
     ),
 }
+# Left out for CI's time (each family is three driver processes; it passed here): ReBRAC with windows drawn on the
+# device, killed online, its actor steps following the restored step count:
+# "rebrac": (["--method=rebrac"], ["--updates_per_dispatch=4", "--offline_sampler=device"], "online:7"),
 
 
 @pytest.fixture(scope="module")

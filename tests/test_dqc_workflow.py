@@ -115,7 +115,7 @@ def test_dqc_method_and_a_sweep_over_the_chunk_sizes(tmp_path, dataset_path):
     )
     bad = subprocess.run(
         [sys.executable, "scripts/sweep.py", "--driver=main.py", "--grid=agent.policy_chunk_size=2,30", "--dry_run",
-         f"--save_dir={save}", "--", *TINY[:4]],
+         f"--save_dir={save}", "--", *TINY[:4], "--env_name=cube-single-play-oraclerep-v0"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert bad.returncode == 2 and "--agent.policy_chunk_size must be an int in [1, backup_horizon=25]" in bad.stderr
