@@ -216,7 +216,7 @@ class SeedGroup:
         mode = getattr(self.cfg, "seed_batching", "auto") if self.cfg is not None else "auto"  # absl checked it
         self.seed_batching = mode if mode != "auto" else ("map" if jax.default_backend() == "cpu" else "vmap")
         self.donate = donate_agent(self.cfg)
-        for run in runs:  # the updates donate the agent: no array in it twice, none kept elsewhere
+        for run in runs if self.donate else ():  # donated updates: no array in the agent twice
             run.agent = distinct_buffers(run.agent)
         if self.num_seeds == 1:
             self.agent = runs[0].agent

@@ -21,7 +21,11 @@ observation 40, action 5):
   what remains is host work: ours runs the driver's own update (`SeedGroup.update_fn`) on the run's host
   windows for k = 1, and the device sampler's `offline_updates_traced` (the agent donated) for k = 10, 100; the
   authors' loop; and the floor, the same 100 updates in one bare jitted `lax.scan` over batches sampled and put
-  on the device beforehand. Each measurement is its own process: one's compilation or memory cannot slow another.
+  on the device beforehand. Online: environment steps/s of cube-double (UTD 1, from a `--rows`-row buffer),
+  ours (`runner.collector.OnlineCollector`, the buffer insert, `SeedGroup.batch_update_fn`) beside the authors'
+  online loop (their main.py without its per-step env-info logging). Each measurement is its own process (one's
+  compilation or memory cannot slow another), all of them once per round for `--rounds` rounds, interleaved:
+  a ratio is the median of the rounds' ratios, so a load that changes between rounds cancels.
 * `eval`: wall seconds of `--eval_episodes` evaluation episodes of cube-double with a fresh agent:
   ours sequential, batched (`--eval_envs` envs in lockstep, in this process) and batched with
   `--eval_async_envs` envs in subprocesses; the authors' `evaluate` (which also calls the policy at
@@ -96,14 +100,15 @@ def parse_args(argv=None):
     p.add_argument("--eval_envs", type=int, default=10, help="envs in lockstep of the batched evaluation")
     p.add_argument("--eval_async_envs", type=int, default=2, help="envs of the async batched evaluation (0: skip)")
     p.add_argument("--gen_episodes", type=int, default=4, help="episodes generated per worker count")
+    p.add_argument("--rounds", type=int, default=3, help="overhead section: rounds of interleaved measurements")
     p.add_argument("--startup_repeats", type=int, default=2, help="startup section: warm starts per run")
     p.add_argument("--out", default=None, help="write the rows as JSON to this file")
-    p.add_argument("--worker", default=None, help="internal: run one timing worker (update|loop|eval) and print JSON")
+    p.add_argument("--worker", default=None, help="internal: run one timing worker and print JSON")
     p.add_argument("--k", type=int, default=1, help="internal: the worker's steps per call (device, floor)")
     p.add_argument("--side", default="ours", choices=("ours", "reference"), help="internal: the worker's code")
     args = p.parse_args(argv)
     for name in ("steps", "rows", "hidden", "layers", "batch", "eval_episodes", "eval_envs", "gen_episodes",
-                 "decisions", "startup_repeats"):  # fmt: skip
+                 "decisions", "startup_repeats", "rounds"):  # fmt: skip
         if getattr(args, name) < 1:
             p.error(f"--{name} must be >= 1")
     if args.rows <= 5:
@@ -149,8 +154,9 @@ def _batches(args, num=4, seed=0):
     return bench_reference.make_batches(ns)
 
 
-def _synthetic_fields(rows, seed=0):
-    """A dataset of cube-double's shapes: 1001-row episodes, sparse successes."""
+def _synthetic_fields(rows, seed=0, obs_dim=40):
+    """A dataset of cube-double's shapes (`obs_dim`: the env's 37 for the online loops): 1001-row episodes,
+    sparse successes."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -159,8 +165,8 @@ def _synthetic_fields(rows, seed=0):
     terminals[-1] = 1.0
     success = rng.random(rows) < 0.05
     return dict(
-        observations=rng.normal(size=(rows, 40)).astype(np.float32),
-        next_observations=rng.normal(size=(rows, 40)).astype(np.float32),
+        observations=rng.normal(size=(rows, obs_dim)).astype(np.float32),
+        next_observations=rng.normal(size=(rows, obs_dim)).astype(np.float32),
         actions=rng.uniform(-1, 1, size=(rows, 5)).astype(np.float32),
         rewards=np.where(success, 0.0, -1.0).astype(np.float32),
         masks=(~success).astype(np.float32),
@@ -218,7 +224,7 @@ def worker(args):
             from runner.seed_group import SeedGroup
 
             dataset = datasets.Dataset.create(**fields, seed=0)
-            group = SeedGroup([argparse.Namespace(agent=agent, cfg=None)])
+            group = SeedGroup([argparse.Namespace(agent=state["agent"], cfg=None)])
             agent, update = group.agent, group.update_fn()
         state = {"agent": agent}
 
@@ -263,6 +269,54 @@ def worker(args):
 
         calls = max(1, args.steps // k)
         result["steps_per_s"] = calls * k / _timed(step, calls)
+    elif args.worker == "online":  # environment steps/s: act from the chunk queue, insert, sample, update
+        import gymnasium
+        import ogbench  # noqa: F401 - registers the envs
+
+        datasets = importlib.import_module("utils.datasets")
+        env = gymnasium.make(ENV_NAME.replace("-play", ""))
+        observation = env.reset(seed=0)[0]
+        fields, utd, batch_size = _synthetic_fields(args.rows, obs_dim=observation.shape[0]), 1, args.batch
+        size = args.rows + args.steps + 10  # the buffer never wraps while timed
+        state = {"agent": acfql.ACFQLAgent.create(0, observation, np.zeros(5, np.float32), config)}
+        if args.side == "reference":  # the authors' online loop (their main.py), inline as they wrote it
+            buffer = datasets.ReplayBuffer.create_from_initial_dataset(fields, size)
+            queue, state["ob"], state["rng"] = [], observation, jax.random.PRNGKey(0)
+
+            def step():
+                state["rng"], key = jax.random.split(state["rng"])
+                if not queue:
+                    chunk = state["agent"].sample_actions(observations=state["ob"], rng=key)
+                    queue.extend(np.array(chunk).reshape(-1, 5))
+                action = queue.pop(0)
+                next_ob, reward, terminated, truncated, _ = env.step(action)
+                done = terminated or truncated
+                transition = dict(observations=state["ob"], actions=action, rewards=reward, terminals=float(done),
+                                  masks=1.0 - terminated, next_observations=next_ob)  # fmt: skip
+                buffer.add_transition(transition)
+                state["ob"] = env.reset()[0] if done else next_ob
+                if done:
+                    queue.clear()
+                batch = buffer.sample_sequence(batch_size * utd, sequence_length=5, discount=config["discount"])
+                batch = jax.tree_util.tree_map(lambda x: x.reshape((utd, batch_size) + x.shape[1:]), batch)
+                state["agent"], info = state["agent"].batch_update(batch)
+                return info
+        else:  # the driver's online step (main.py): group.collect, group.sample_replay, batch_update
+            from runner.collector import OnlineCollector
+            from runner.seed_group import SeedGroup, sample_windows, stack_for_utd
+
+            buffer = datasets.ReplayBuffer.create_from_initial_dataset(fields, size, rng=np.random.default_rng(0))
+            collector = OnlineCollector(env, 5, lambda r: r, jax.random.PRNGKey(0), reset_seed=0)
+            group = SeedGroup([argparse.Namespace(agent=state["agent"], cfg=None)])
+            state["agent"], update = group.agent, group.batch_update_fn()
+
+            def step():
+                collector.step(state["agent"], buffer)
+                batch = stack_for_utd(sample_windows(buffer, config, batch_size * utd), utd)
+                state["agent"], info = update(state["agent"], batch)
+                return info
+
+        result["steps_per_s"] = args.steps / _timed(step, args.steps)
     elif args.worker == "eval":
         import gymnasium
         import ogbench  # noqa: F401 - registers the envs
@@ -448,31 +502,42 @@ def section_dispatch(args, rows):
 
 
 def section_overhead(args, rows):
-    """Host overhead per step with tiny networks: ours (driver paths) beside the authors' loop and the floor."""
+    """Host overhead per step with tiny networks: ours (driver paths) beside the authors' loops and the floor."""
+    import numpy as np
+
     tiny = argparse.Namespace(**{**vars(args), **OVERHEAD_SIZE})
-    steps = max(tiny.steps, 2000)  # tiny steps are fast: enough of them to time
-    tiny.steps = steps
-    unit = "offline steps/s (2x64, batch 64)"
-    measured = {}
-    runs = [("k=1", "loop", 1), ("k=10", "device", 10), ("k=100", "device", 100), ("floor k=100", "floor", 100)]
-    for setting, task, k in runs:
-        tiny.k = k
-        measured[setting] = collect(spawn("ours", task, tiny))["steps_per_s"]
-    tiny.k = 1
-    theirs = collect(spawn("reference", "loop", tiny))["steps_per_s"] if args.reference_dir else None
-    for setting, value in measured.items():
-        row = dict(
-            section="overhead", setting=setting, unit=unit, ours=value, reference=theirs if setting == "k=1" else None
-        )
-        if setting == "k=1" and theirs:
-            row["ratio"] = value / theirs
-        if setting == "k=100":
-            row["ratio"] = value / measured["floor k=100"]
+    tiny.steps = max(tiny.steps, 2000)  # tiny steps are fast: enough of them to time
+    runs = {  # setting: (side, worker, k)
+        "k=1": ("ours", "loop", 1), "authors' k=1": ("reference", "loop", 1), "k=10": ("ours", "device", 10),
+        "k=100": ("ours", "device", 100), "floor k=100": ("ours", "floor", 100),
+        "online": ("ours", "online", 1), "authors' online": ("reference", "online", 1),
+    }  # fmt: skip
+    if not args.reference_dir:
+        runs = {setting: run for setting, run in runs.items() if run[0] == "ours"}
+    measured = {setting: [] for setting in runs}
+    for _ in range(args.rounds):
+        for setting, (side, task, k) in runs.items():
+            tiny.k = k
+            measured[setting].append(collect(spawn(side, task, tiny))["steps_per_s"])
+    # (ours, its baseline): the ratio is the median over rounds of ours / baseline of the same round
+    pairs = {"k=1": "authors' k=1", "k=100": "floor k=100", "online": "authors' online"}
+    for setting in ("k=1", "k=10", "k=100", "floor k=100", "online"):
+        base = pairs.get(setting)
+        theirs = measured.get(base) if base and base.startswith("authors") else None
+        row = dict(section="overhead", setting=setting, ours=float(np.median(measured[setting])),
+                   unit="env steps/s (2x64, batch 64, UTD 1)" if setting == "online" else
+                   "offline steps/s (2x64, batch 64)", rounds=measured[setting])  # fmt: skip
+        if theirs is not None:
+            row["reference"] = float(np.median(theirs))
+        if base in measured:
+            row["ratio"] = float(np.median(np.array(measured[setting]) / np.array(measured[base])))
+            row["ratio_to"] = base
         rows.append(row)
         _print(row)
-    if theirs:
-        print(f"             k=1: ours / authors' loop = {measured['k=1'] / theirs:.2f}", flush=True)
-    print(f"             k=100: ours / floor = {measured['k=100'] / measured['floor k=100']:.2f}", flush=True)
+    for row in rows[-5:]:
+        if "ratio" in row:
+            print(f"             {row['setting']}: ours / {row['ratio_to']} = {row['ratio']:.2f} (median of "
+                  f"{args.rounds} rounds)", flush=True)  # fmt: skip
 
 
 def section_eval(args, rows):

@@ -31,6 +31,7 @@ def _script(name):
         (["--rows=3"], "--rows=3 must be > 5"),
         (["--sections=foo"], "--sections: unknown section 'foo'"),
         (["--steps=0"], "--steps must be >= 1"),
+        (["--rounds=0"], "--rounds must be >= 1"),
     ],
 )
 def test_bench_agents_bad_arguments(argv, message, capsys):

@@ -206,7 +206,7 @@ def test_the_readme_starts_with_two_one_line_commands_and_ci_runs_the_second():
     steps = install[len(setup) :].split(" && ")
     assert [s.split(" --")[0] for s in steps] == ["python -m envs.generate_dataset", "python main.py"], steps
     assert "--if_missing" in steps[0].split()
-    assert tests[len(setup) :].endswith("python -m pytest tests")
+    assert tests[len(setup) :].endswith("python -m pytest tests -n 2")
     # The first bash block before any other: the README shows no other command before these two.
     assert text.index("```bash") == text.index(install) - len("```bash\n")
     assert tests in _read(".ci/run").splitlines(), "the README's test line must stand in .ci/run as written"
