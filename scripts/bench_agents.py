@@ -224,7 +224,7 @@ def worker(args):
             from runner.seed_group import SeedGroup
 
             dataset = datasets.Dataset.create(**fields, seed=0)
-            group = SeedGroup([argparse.Namespace(agent=state["agent"], cfg=None)])
+            group = SeedGroup([argparse.Namespace(agent=agent, cfg=None)])
             agent, update = group.agent, group.update_fn()
         state = {"agent": agent}
 

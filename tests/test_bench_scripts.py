@@ -1,7 +1,10 @@
-"""The benchmark scripts refuse bad arguments with one argparse error line (exit status 2), before timing anything."""
+"""The benchmark scripts refuse bad arguments with one argparse error line (exit status 2), before timing anything;
+the overhead section's workers run."""
 
 import importlib.util
+import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -79,3 +82,14 @@ def test_bench_reference_baselines_default_to_one_step(tmp_path):
     single = bench.single_step(batch)
     assert single["observations"].shape == (3, 40) and single["actions"].shape == (3, 5)
     assert single["rewards"].shape == (3,) and np.array_equal(single["next_actions"], batch["next_actions"][:, 0])
+
+
+@pytest.mark.parametrize("worker", ["loop", "online", "device"])
+def test_bench_agents_workers_on_our_side_run(worker):
+    """The overhead section's workers (our side; the authors' needs their code) time a few steps at a tiny size."""
+    cmd = [sys.executable, os.path.join(ROOT, "scripts", "bench_agents.py"), f"--worker={worker}", "--side=ours",
+           "--steps=4", "--rows=2000", "--hidden=8", "--layers=1", "--batch=4", "--k=2"]  # fmt: skip
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    line = json.loads(result.stdout.strip().splitlines()[-1])
+    assert line["worker"] == worker and line["steps_per_s"] > 0
