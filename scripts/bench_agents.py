@@ -521,20 +521,22 @@ def section_overhead(args, rows):
             measured[setting].append(collect(spawn(side, task, tiny))["steps_per_s"])
     # (ours, its baseline): the ratio is the median over rounds of ours / baseline of the same round
     pairs = {"k=1": "authors' k=1", "k=100": "floor k=100", "online": "authors' online"}
-    for setting in ("k=1", "k=10", "k=100", "floor k=100", "online"):
+    ours = [dict(section="overhead", setting=s) for s in ("k=1", "k=10", "k=100", "floor k=100", "online")]
+    for row in ours:
+        setting = row["setting"]
         base = pairs.get(setting)
         theirs = measured.get(base) if base and base.startswith("authors") else None
-        row = dict(section="overhead", setting=setting, ours=float(np.median(measured[setting])),
+        row.update(ours=float(np.median(measured[setting])), rounds=measured[setting],
                    unit="env steps/s (2x64, batch 64, UTD 1)" if setting == "online" else
-                   "offline steps/s (2x64, batch 64)", rounds=measured[setting])  # fmt: skip
+                   "offline steps/s (2x64, batch 64)")  # fmt: skip
         if theirs is not None:
-            row["reference"] = float(np.median(theirs))
+            row.update(reference=float(np.median(theirs)), reference_rounds=theirs)
         if base in measured:
             row["ratio"] = float(np.median(np.array(measured[setting]) / np.array(measured[base])))
             row["ratio_to"] = base
         rows.append(row)
         _print(row)
-    for row in rows[-5:]:
+    for row in ours:
         if "ratio" in row:
             print(f"             {row['setting']}: ours / {row['ratio_to']} = {row['ratio']:.2f} (median of "
                   f"{args.rounds} rounds)", flush=True)  # fmt: skip
