@@ -54,7 +54,8 @@ def define_flags(driver: str, flag_values=FLAGS):
         flags.DEFINE_integer("updates_per_dispatch", 1, "Offline gradient steps per host call (one lax.scan). 1: "
             "host sampling, one step per call (the reference loop). k > 1: windows are sampled on the device from a "
             "device-resident copy of the dataset (host sampling with a prefetching thread when it does not fit); a "
-            "dispatch never runs past a logging, evaluation, checkpoint, state or shard step.", **fv)  # fmt: skip
+            "dispatch never runs past a logging, evaluation, checkpoint, state or shard step; one cut short there "
+            "costs k steps of compute (pick k dividing the intervals).", **fv)  # fmt: skip
         flags.DEFINE_enum("offline_sampler", "auto", ["auto", "device", "host"], "With --updates_per_dispatch > 1: "
             "where offline windows are drawn. device: on the device from a device-resident copy of the dataset "
             "(other random numbers than host, same distribution); host: the dataset's own generator in a prefetching "
