@@ -88,10 +88,13 @@ class EnvAndDatasets:
     `envs.provenance` record per file; `make_eval_env`, a picklable `() -> env` built like `eval_env`, not
     reset (for `evaluation.make_eval_vector_env`); `goal_conditioned` and `task_names` (task id `i` at
     position `i - 1`; () for single-task envs).
+
+    `eval_env` is built when first read, by `make_eval_env` then one `reset(seed=eval_env_seed)`, unless an
+    env was passed as `built_eval_env`: a start pays for one MuJoCo model less before its first step (its
+    first evaluation pays it), and the env is the same either way.
     """
 
     env: object
-    eval_env: object
     train_dataset: dict
     val_dataset: dict | None
     reward_fn: Callable = dense_reward
@@ -100,6 +103,16 @@ class EnvAndDatasets:
     make_eval_env: Callable[[], gymnasium.Env] | None = None
     goal_conditioned: bool = False
     task_names: tuple[str, ...] = ()
+    eval_env_seed: int | None = None
+    built_eval_env: object = None
+
+    @property
+    def eval_env(self):
+        if self.built_eval_env is None:
+            env = self.make_eval_env()
+            env.reset(seed=self.eval_env_seed)
+            self.built_eval_env = env
+        return self.built_eval_env
 
     @property
     def num_tasks(self) -> int:
@@ -315,7 +328,7 @@ def make_env_and_datasets(
         else:
             env = ogbench_utils.make_ogbench_env(env_name, success_timing)
         eval_env_fn = functools.partial(make_eval_env, env_name, success_timing)
-        eval_env = eval_env_fn()
+        eval_env = None  # built when first used (EnvAndDatasets.eval_env)
         used = [(p, "train") for p in train_paths] + ([] if val is None else [(val_path, "val")])
         datasets = [provenance.npz_provenance(p, role, hash_datasets) for p, role in used]
     else:
@@ -324,13 +337,15 @@ def make_env_and_datasets(
     train = _apply_common(train, dataset_proportion, sparse)
     val = None if val is None else _apply_common(val, 1.0, sparse)
     env = _monitor(env, env_name)
-    if not isinstance(eval_env, EpisodeMonitor):  # robomimic: built by robomimic_utils like eval_env_fn builds it
-        eval_env = _monitor(eval_env, env_name)
     env.reset(seed=seeding.env_seed(seed, "env"))
-    eval_env.reset(seed=seeding.env_seed(seed, "eval_env"))
+    if eval_env is not None:  # robomimic: built by robomimic_utils like eval_env_fn builds it
+        if not isinstance(eval_env, EpisodeMonitor):
+            eval_env = _monitor(eval_env, env_name)
+        eval_env.reset(seed=seeding.env_seed(seed, "eval_env"))
     return EnvAndDatasets(
         env=env,
-        eval_env=eval_env,
+        built_eval_env=eval_env,
+        eval_env_seed=seeding.env_seed(seed, "eval_env"),
         train_dataset=train,
         val_dataset=val,
         reward_fn=reward_fn,
@@ -366,7 +381,11 @@ def envs_for_seed(env_data: EnvAndDatasets, env_name: str, seed: int, success_ti
     else:
         raise ValueError(f"Unknown environment {env_name!r}. Supported: " + "; ".join(supported_env_patterns()))
     env = _monitor(env, env_name)
-    eval_env = eval_env_fn()
     env.reset(seed=seeding.env_seed(seed, "env"))
-    eval_env.reset(seed=seeding.env_seed(seed, "eval_env"))
-    return dataclasses.replace(env_data, env=env, eval_env=eval_env, make_eval_env=eval_env_fn)
+    return dataclasses.replace(
+        env_data,
+        env=env,
+        built_eval_env=None,  # built when first used, as in make_env_and_datasets
+        eval_env_seed=seeding.env_seed(seed, "eval_env"),
+        make_eval_env=eval_env_fn,
+    )

@@ -149,14 +149,32 @@ def check_sizes(cfg):
     _raise_if_too_big(what, f"--num_seeds={cfg.num_seeds} --eval_envs={cfg.eval_envs}")
 
 
-def check_memory(cfg, dataset: Dataset, example: Dict):
-    """`ValueError` when the run would not fit in this machine's memory, before its agents and buffers exist:
-    per seed the agent (parameters, optimizer state and a gradient, by `jax.eval_shape` of `create`), the
-    replay buffer, a batch of `--utd_ratio` x `batch_size` windows and two envs, plus the evaluation envs."""
+def agent_initializer(spec, agent_config, example: Dict, key):
+    """`(init, shapes)`: `init(key) -> agent` is `spec.agent_class.create(key, example observations, example
+    actions, agent_config)` as one compiled program, and `shapes` the agent's `jax.ShapeDtypeStruct`s, from one
+    trace that every seed's agent reuses. With a warm compilation cache a start loads that program instead of
+    compiling each of the initializers' small ops one by one; the values are those of calling `create`."""
     import jax
 
-    spec = agents.get(cfg.agent["agent_name"])
-    shapes = jax.eval_shape(lambda: spec.agent_class.create(0, example["observations"], example["actions"], cfg.agent))
+    goals = {"ex_goals": example["oracle_reps"]} if spec.goal_conditioned and "oracle_reps" in example else {}
+
+    def create(key):
+        return spec.agent_class.create(key, example["observations"], example["actions"], agent_config, **goals)
+
+    lowered = jax.jit(create).lower(key)
+    return lowered.compile(), lowered.out_info
+
+
+def check_memory(cfg, dataset: Dataset, example: Dict, shapes=None):
+    """`ValueError` when the run would not fit in this machine's memory, before its agents and buffers exist:
+    per seed the agent (parameters, optimizer state and a gradient; `shapes` from `agent_initializer`, which
+    builds them when None), the replay buffer, a batch of `--utd_ratio` x `batch_size` windows and two envs,
+    plus the evaluation envs."""
+    import jax
+
+    if shapes is None:
+        spec = agents.get(cfg.agent["agent_name"])
+        shapes = agent_initializer(spec, cfg.agent, example, seeding.jax_key(cfg.seed, "agent"))[1]
     agent_bytes = sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in jax.tree_util.tree_leaves(shapes))
     params = jax.tree_util.tree_leaves(shapes.network.params)
     agent_bytes += sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in params)  # the gradient
@@ -376,7 +394,8 @@ def _setup_runs(cfg):
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from None
         example = first_dataset.sample(1, idxs=np.zeros(1, dtype=int))
-        check_memory(cfg, first_dataset, example)
+        init_agent, agent_shapes = agent_initializer(spec, cfg.agent, example, seeding.jax_key(cfg.seed, "agent"))
+        check_memory(cfg, first_dataset, example, agent_shapes)
         if cfg.video_episodes > 0:
             check_rendering(cfg.env_name, env_data.eval_env)
         env_datas, datasets, agents_ = [], [], []
@@ -393,12 +412,7 @@ def _setup_runs(cfg):
                         stop_reward_at_mask_zero=cfg.stop_reward_at_mask_zero,
                     )
                 )
-            goals = {"ex_goals": example["oracle_reps"]} if spec.goal_conditioned and "oracle_reps" in example else {}
-            agents_.append(
-                spec.agent_class.create(
-                    seeding.jax_key(c.seed, "agent"), example["observations"], example["actions"], cfg.agent, **goals
-                )
-            )
+            agents_.append(init_agent(seeding.jax_key(c.seed, "agent")))
         histories = [
             resume.check_datasets(resume.run_dir_of(c), r, data.metadata.get("datasets", []), cfg.accept_changed_data)
             for c, r, data in zip(configs, records, env_datas, strict=True)

@@ -95,3 +95,30 @@ def test_chunk_length_is_what_sample_actions_returns(agent_name, overrides):
     kwargs = {"goals": obs} if spec.goal_conditioned else {}
     chunk = np.asarray(agent.sample_actions(obs, jax.random.PRNGKey(0), **kwargs))
     assert chunk.shape == (spec.chunk_length(agent.config) * action_dim,)
+
+
+@pytest.mark.parametrize("agent_name", agents.names())
+def test_agent_initializer_is_create_value_for_value(agent_name):
+    """The drivers create agents through `runner.setup.agent_initializer` (one compiled program, shapes from its
+    trace): every leaf equals a direct `create` call's, bit for bit, and the shapes are the agent's."""
+    import jax
+
+    from runner.setup import agent_initializer
+
+    spec = agents.get(agent_name)
+    config = spec.get_config().to_dict()
+    config.update({"horizon_length": 3} if "horizon_length" in config else {})
+    config.update(actor_hidden_dims=(8, 8), value_hidden_dims=(8, 8))
+    obs = np.linspace(-1, 1, 4, dtype=np.float32)[None]
+    example = {"observations": obs, "actions": np.zeros((1, 2), np.float32), "oracle_reps": obs}
+    goals = {"ex_goals": obs} if spec.goal_conditioned else {}
+    key = jax.random.PRNGKey(5)
+    init, shapes = agent_initializer(spec, config, example, key)
+    for k in (key, jax.random.PRNGKey(6)):
+        direct = spec.agent_class.create(k, obs, example["actions"], config, **goals)
+        compiled = init(k)
+        leaves, expected = jax.tree_util.tree_leaves(compiled), jax.tree_util.tree_leaves(direct)
+        for got, want, shape in zip(leaves, expected, jax.tree_util.tree_leaves(shapes), strict=True):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+            assert (got.shape, got.dtype) == (shape.shape, shape.dtype)
+    assert compiled.config == direct.config

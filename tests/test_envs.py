@@ -273,6 +273,23 @@ def test_val_path_and_default_path(monkeypatch, tmp_path):
 
 
 def test_result_defaults():
-    out = env_utils.EnvAndDatasets(env="e", eval_env="v", train_dataset={"a": 1}, val_dataset=None)
+    out = env_utils.EnvAndDatasets(env="e", built_eval_env="v", train_dataset={"a": 1}, val_dataset=None)
     assert (out.env, out.eval_env, out.train_dataset, out.val_dataset) == ("e", "v", {"a": 1}, None)
     assert out.next_shard is None and out.reward_fn(-2.0) == -2.0 and out.metadata == {}
+
+
+def test_eval_env_is_built_on_first_read_and_reset_once_with_its_seed():
+    calls = []
+
+    class Env:
+        def reset(self, seed=None):
+            calls.append(("reset", seed))
+
+    def make():
+        calls.append("make")
+        return Env()
+
+    out = env_utils.EnvAndDatasets(env="e", train_dataset={}, val_dataset=None, make_eval_env=make, eval_env_seed=7)
+    assert calls == []
+    env = out.eval_env
+    assert isinstance(env, Env) and out.eval_env is env and calls == ["make", ("reset", 7)]

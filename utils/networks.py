@@ -6,7 +6,6 @@
 
 from typing import Any, Callable, Sequence
 
-import distrax
 import flax.linen as nn
 import jax.numpy as jnp
 
@@ -126,6 +125,8 @@ class TanhNormalActor(nn.Module):
         means = nn.Dense(self.action_dim, kernel_init=default_init())(features)
         log_stds = nn.Dense(self.action_dim, kernel_init=default_init())(features)
         log_stds = jnp.clip(log_stds, self.log_std_min, self.log_std_max)
+        import distrax  # here, not at the top: it costs a start-up 0.5 s that agents without it need not pay
+
         base = distrax.MultivariateNormalDiag(loc=means, scale_diag=jnp.exp(log_stds))
         return distrax.Transformed(base, distrax.Block(distrax.Tanh(), ndims=1))
 
@@ -154,4 +155,6 @@ class GaussianActor(nn.Module):
         means = self.mean_net(self.actor_net(observations))  # (B, A)
         log_stds = jnp.zeros_like(means) if self.const_std else self.log_stds
         log_stds = jnp.clip(log_stds, self.log_std_min, self.log_std_max)
+        import distrax  # see TanhNormalActor
+
         return distrax.MultivariateNormalDiag(loc=means, scale_diag=jnp.exp(log_stds) * temperature)
