@@ -338,14 +338,15 @@ def make_env_and_datasets(
     val = None if val is None else _apply_common(val, 1.0, sparse)
     env = _monitor(env, env_name)
     env.reset(seed=seeding.env_seed(seed, "env"))
+    eval_env_seed = seeding.env_seed(seed, "eval_env")
     if eval_env is not None:  # robomimic: built by robomimic_utils like eval_env_fn builds it
         if not isinstance(eval_env, EpisodeMonitor):
             eval_env = _monitor(eval_env, env_name)
-        eval_env.reset(seed=seeding.env_seed(seed, "eval_env"))
+        eval_env.reset(seed=eval_env_seed)
     return EnvAndDatasets(
         env=env,
         built_eval_env=eval_env,
-        eval_env_seed=seeding.env_seed(seed, "eval_env"),
+        eval_env_seed=eval_env_seed,
         train_dataset=train,
         val_dataset=val,
         reward_fn=reward_fn,

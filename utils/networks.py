@@ -125,7 +125,7 @@ class TanhNormalActor(nn.Module):
         means = nn.Dense(self.action_dim, kernel_init=default_init())(features)
         log_stds = nn.Dense(self.action_dim, kernel_init=default_init())(features)
         log_stds = jnp.clip(log_stds, self.log_std_min, self.log_std_max)
-        import distrax  # here, not at the top: it costs a start-up 0.5 s that agents without it need not pay
+        import distrax  # here, not at the top: a slow import (tensorflow_probability) most agents never need
 
         base = distrax.MultivariateNormalDiag(loc=means, scale_diag=jnp.exp(log_stds))
         return distrax.Transformed(base, distrax.Block(distrax.Tanh(), ndims=1))
