@@ -22,7 +22,8 @@ and key. Stats: every key averaged over all episodes as usual (`success` is then
 task's success rate: every task has the same number of episodes) plus `<task name>_success` per task (the
 release logs `evaluation/<task_name>_success` and `overall_success`). The release's evaluation overrides:
 `action_chunk_eval_size=n` runs only the first `n` actions of each chunk ("DQC-naive"; the policy is called
-every `n` steps), `best_of_n=N` calls `sample_actions(..., best_of_n=N)`. Both work without goals too.
+every `n` steps), `best_of_n=N` calls `sample_actions(..., best_of_n=N)`. Both work without goals too. So does
+`temperature=t`, which calls `sample_actions(..., temperature=t)` (the FQL release's `eval_temperature`: IQL, ReBRAC).
 
 The vector env, the lockstep slots and the batched policy live in `utils/vector_eval.py`.
 """
@@ -112,17 +113,19 @@ class Policy:
 
     The stream starts at `rng` and is private to this object, so evaluation never consumes the
     training stream. At each call `rng, key = jax.random.split(rng)` and `key` goes to the agent, with `goals=goal`
-    (goal-conditioned evaluation) and `best_of_n` when they are set.
+    (goal-conditioned evaluation), `best_of_n` and `temperature` when they are set.
     """
 
-    def __init__(self, agent, rng: jax.Array, goal=None, best_of_n: Optional[int] = None):
+    def __init__(
+        self, agent, rng: jax.Array, goal=None, best_of_n: Optional[int] = None, temperature: Optional[float] = None
+    ):
         self.agent = agent
         self.rng = rng
-        self.goal, self.best_of_n = goal, best_of_n
+        self.kwargs = policy_kwargs(goal, best_of_n, temperature)
 
     def __call__(self, observation) -> np.ndarray:
         self.rng, key = jax.random.split(self.rng)
-        return np.asarray(self.agent.sample_actions(observation, rng=key, **policy_kwargs(self.goal, self.best_of_n)))
+        return np.asarray(self.agent.sample_actions(observation, rng=key, **self.kwargs))
 
 
 def _flatten(d: Dict, parent: str = "") -> Dict:
@@ -182,6 +185,7 @@ def _run_episode(
     task_id=None,
     max_actions=None,
     best_of_n=None,
+    temperature=None,
 ):
     """One sequential episode: `(traj or frames, final info, policy calls)`.
 
@@ -197,7 +201,7 @@ def _run_episode(
             raise ValueError("A goal-conditioned evaluation needs the goal in the reset info['goal'].")
     goal = None if task_id is None else info["goal"]
     goal_frame = info.get("goal_rendered") if render else None
-    queue = ActionQueue(Policy(agent, key, goal, best_of_n), action_dim, max_actions)
+    queue = ActionQueue(Policy(agent, key, goal, best_of_n, temperature), action_dim, max_actions)
     traj, frames = defaultdict(list), []
     done, t = False, 0
     while not done:
@@ -231,12 +235,13 @@ def evaluate(
     task_names: Optional[Sequence[str]] = None,
     action_chunk_eval_size: Optional[int] = None,
     best_of_n: Optional[int] = None,
+    temperature: Optional[float] = None,
 ):
     """Run episodes with open-loop chunk execution and average the final infos.
 
     Args:
         agent: anything with `sample_actions(observations, rng) -> (h * A,)` for one observation
-            `(*ob)` (goal-conditioned: also `goals=`; with `best_of_n`: also `best_of_n=`); with
+            `(*ob)` (goal-conditioned: also `goals=`; with `best_of_n` or `temperature`: also those); with
             `vector_env`, a JAX pytree whose `sample_actions` is traceable (see `evaluate_batched`).
         env: a gymnasium env whose final `info` carries `success` (and `episode` from
             `envs.wrappers.EpisodeMonitor`); goal-conditioned: its reset takes `options={'task_id': t}` and
@@ -260,6 +265,8 @@ def evaluate(
             position `i - 1`, e.g. `EnvAndDatasets.task_names`): goal-conditioned evaluation of every task.
         action_chunk_eval_size: execute only the first `n` actions of each chunk (None: all).
         best_of_n: call `agent.sample_actions(..., best_of_n=N)` (None: the agent's own N).
+        temperature: call `agent.sample_actions(..., temperature=t)`, the scale of the policy's noise (None: the
+            agent's default).
 
     Returns:
         `(stats, trajs, renders)`: `stats` maps each numeric key of the flattened final
@@ -298,6 +305,7 @@ def evaluate(
             task_names=task_names,
             action_chunk_eval_size=action_chunk_eval_size,
             best_of_n=best_of_n,
+            temperature=temperature,
         )
         first_video = num_eval
     # (no bar at all when every episode ran batched: an empty one would be left behind)
@@ -315,6 +323,7 @@ def evaluate(
             plan[i],
             max_actions,
             best_of_n,
+            temperature,
         )
         if should_render:
             renders.append(result)
@@ -337,13 +346,14 @@ def evaluate_batched(
     task_names: Optional[Sequence[str]] = None,
     action_chunk_eval_size: Optional[int] = None,
     best_of_n: Optional[int] = None,
+    temperature: Optional[float] = None,
 ):
     """Run `num_eval_episodes` evaluation episodes (per task, goal-conditioned) on the `E` envs of `vector_env`
     in lockstep.
 
     The results equal `evaluate(agent, env, num_eval_episodes, seed=seed, step=step, ...)` on one env of
-    the same kind with the same `task_names`, `action_chunk_eval_size` and `best_of_n`, episode by episode
-    (`success`, `episode.return`, `episode.length`, `policy_calls_per_episode`, the per-task successes, the
+    the same kind with the same `task_names`, `action_chunk_eval_size`, `best_of_n` and `temperature`, episode by
+    episode (`success`, `episode.return`, `episode.length`, `policy_calls_per_episode`, the per-task successes, the
     trajectories; not the wall-clock `episode.duration`):
 
     * Episode `i` always gets reset seed `reset_seeds[i]`, key stream `fold_in(key, i)` and (goal-conditioned)
@@ -353,11 +363,11 @@ def evaluate_batched(
     * Each slot has its own open-loop action queue, as `ActionQueue`: a new chunk only when its queue
       is empty (only its first `action_chunk_eval_size` actions kept), dropped at the episode's end.
     * At a step where some slots' queues are empty, ONE jitted policy call computes a chunk for all
-      `E` rows, `agent.sample_actions(observations[e], key_e[, goals=goals[e]][, best_of_n=N])` with `key_e`
-      split off row `e`'s stream, each row looped over with a single call's shapes (`lax.map`), so its chunk
-      is bitwise a single call's. Only the rows whose queue is empty use their chunk and
-      advance their stream; the other rows (busy, waiting or idle slots) are computed and dropped. The
-      compiled shape is always `(E, *ob)`, so it compiles once per agent structure.
+      `E` rows, `agent.sample_actions(observations[e], key_e[, goals=goals[e]][, best_of_n=N][, temperature=t])`
+      with `key_e` split off row `e`'s stream, each row looped over with a single call's shapes (`lax.map`), so its
+      chunk is bitwise a single call's. Only the rows whose queue is empty use their chunk and advance their stream;
+      the other rows (busy, waiting or idle slots) are computed and dropped. The compiled shape is always
+      `(E, *ob)`, so it compiles once per agent structure.
     * A finished slot is reset right away with its next episode's seed (`reset_mask`); the new
       episode starts at the next chunk boundary (a step that is a multiple of the executed chunk length;
       the slot skips the steps until then), so the slots keep calling the policy at the same steps. Slots
@@ -368,14 +378,14 @@ def evaluate_batched(
 
     Args:
         agent: a JAX pytree (e.g. `ACFQLAgent`, `DQCAgent`) with a traceable `sample_actions(observation
-            (*ob), rng[, goals=][, best_of_n=]) -> (h * A,)`; `h` must be the same at every call.
+            (*ob), rng[, goals=][, best_of_n=][, temperature=]) -> (h * A,)`; `h` must be the same at every call.
         vector_env: from `make_eval_vector_env`; observations `(E, *ob)`, actions `(E, A)`. It is reset
             here; reuse it for every evaluation and close it at the end of the run.
         num_eval_episodes: episodes to run (`>= 0`; goal-conditioned: per task).
         seed, step: as in `evaluate`.
         action_dim: size `A` of one action (default: `vector_env.single_action_space.shape[-1]`).
         progress: show a bar of finished episodes (on a terminal only: `utils.progress`).
-        task_names, action_chunk_eval_size, best_of_n: as in `evaluate`.
+        task_names, action_chunk_eval_size, best_of_n, temperature: as in `evaluate`.
 
     Returns:
         `(stats, trajs, renders)` as `evaluate`: the means of the numeric final-info keys,
@@ -401,7 +411,7 @@ def evaluate_batched(
     if not plan:
         return {}, [], []
     check_agent(agent)
-    policy = BatchedPolicy(agent, best_of_n)
+    policy = BatchedPolicy(agent, best_of_n, temperature)
     task_ids = None if task_names is None else plan
     runner = LockstepRunner(policy, vector_env, key, reset_seeds, action_dim, task_ids, max_actions)
     with progress_bar(total=len(plan), desc="eval", leave=False, disable=not progress) as bar:

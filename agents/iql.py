@@ -169,12 +169,14 @@ class IQLAgent(flax.struct.PyTreeNode):
         return scan_updates(IQLAgent._update, self, select_keys(stacked_batches, BATCH_KEYS))
 
     @jax.jit
-    def sample_actions(self, observations, rng):
-        """`clip(mean(s) + std * n, -1, 1)`, `n ~ N(0, I)`: `(*B, *ob) -> (*B, A)` (release `sample_actions`,
-        temperature 1). One action per call: the chunk length is 1 whatever `horizon_length` is."""
+    def sample_actions(self, observations, rng, temperature=1.0):
+        """`clip(mean(s) + temperature * std * n, -1, 1)`, `n ~ N(0, I)`: `(*B, *ob) -> (*B, A)` (release
+        `sample_actions`). Temperature 1 (the default) collects online data; evaluation passes
+        `--eval_temperature` (0, the release's evaluation: the mean action). One action per call: the chunk
+        length is 1 whatever `horizon_length` is."""
         dist = self.network.select("actor")(observations)
         means = dist.mode()
-        return jnp.clip(means + dist.scale_diag * jax.random.normal(rng, means.shape), -1, 1)
+        return jnp.clip(means + temperature * dist.scale_diag * jax.random.normal(rng, means.shape), -1, 1)
 
     @classmethod
     def create(cls, seed, ex_observations, ex_actions, config):

@@ -160,12 +160,13 @@ class ReBRACAgent(flax.struct.PyTreeNode):
         return scan_updates(ReBRACAgent._update, self, select_keys(stacked_batches, BATCH_KEYS))
 
     @jax.jit
-    def sample_actions(self, observations, rng):
-        """`clip(mu(s) + clip(actor_noise * n, -actor_noise_clip, actor_noise_clip), -1, 1)`, `n ~ N(0, I)`:
-        `(*B, *ob) -> (*B, A)` (release `sample_actions`, temperature 1: evaluation acts with the noise too)."""
+    def sample_actions(self, observations, rng, temperature=1.0):
+        """`clip(mu(s) + clip(temperature * actor_noise * n, -actor_noise_clip, actor_noise_clip), -1, 1)`,
+        `n ~ N(0, I)`: `(*B, *ob) -> (*B, A)` (release `sample_actions`). Temperature 1 (the default) collects
+        online data; evaluation passes `--eval_temperature` (0, the release's evaluation: no noise)."""
         cfg = self.config
         actions = self.policy_actions(observations)
-        noise = jax.random.normal(rng, actions.shape) * cfg["actor_noise"]
+        noise = jax.random.normal(rng, actions.shape) * cfg["actor_noise"] * temperature
         noise = jnp.clip(noise, -cfg["actor_noise_clip"], cfg["actor_noise_clip"])
         return jnp.clip(actions + noise, -1, 1)
 

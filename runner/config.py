@@ -237,6 +237,13 @@ class RunConfig:
             given = parse_eval_values(getattr(self, name), name)
             if name == "best_of_n_eval_values" and given != [0] and "best_of_n" not in _parameters(spec):
                 raise ValueError(f"--{name}: the {spec.name} agent has no best_of_n override (its sample_actions).")
+        if not self.eval_temperature >= 0:
+            raise ValueError(f"--eval_temperature={self.eval_temperature} must be >= 0.")
+        if self.eval_temperature != 0 and "temperature" not in _parameters(spec):
+            raise ValueError(
+                f"--eval_temperature={self.eval_temperature}: the {spec.name} agent's sample_actions takes no "
+                "temperature (IQL and ReBRAC do); drop the flag."
+            )
         chunk = spec.chunk_length(self.agent)
         uncut = sorted({n for n in parse_eval_values(self.action_chunk_eval_sizes, "") if n >= chunk})
         if uncut:  # as the DQC release: a cut as long as the chunk is the default evaluation

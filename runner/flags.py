@@ -111,6 +111,10 @@ def define_flags(driver: str, flag_values=FLAGS):
     flags.DEFINE_string("best_of_n_eval_values", "0", "Comma-separated: at each evaluation also act with N best-of-N "
         "samples (0: the agent's own); logged as bfn<N>/... columns. Agents whose sample_actions takes best_of_n "
         "(DQC).", **fv)  # fmt: skip
+    flags.DEFINE_float("eval_temperature", 0.0, "Scale of the policy's noise at evaluation, for agents whose "
+        "sample_actions takes a temperature (IQL, ReBRAC): 0 acts with the mean action, as the FQL release "
+        "evaluates; 1 with the noise of online data collection (this repository's evaluation before 2026-12-03). "
+        "Other agents accept only 0.", **fv)  # fmt: skip
     flags.DEFINE_integer("save_interval", -1, "Save an agent checkpoint every this many steps (<= 0: only at the end "
         "of each phase).", **fv)  # fmt: skip
     flags.DEFINE_integer("start_training", 5000, "Online environment step at which gradient updates start.", **fv)

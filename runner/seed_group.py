@@ -6,6 +6,7 @@ with the single-seed kernels (`map`, each seed bit-identical to its single-seed 
 """
 
 import functools
+import inspect
 import os
 import signal
 import sys
@@ -478,8 +479,11 @@ def evaluate_and_log(
     returns the row. With `vector_env` the evaluation episodes run in lockstep, videos always on `eval_env`;
     goal-conditioned (`task_names`): every task. `--action_chunk_eval_sizes` and `--best_of_n_eval_values` add
     evaluations executing only the first n actions of each `chunk` (`ac<n>/...`; cuts not shorter than the
-    chunk are skipped) or acting with N samples (`bfn<N>/...`), as the DQC release's."""
+    chunk are skipped) or acting with N samples (`bfn<N>/...`), as the DQC release's. An agent whose
+    `sample_actions` takes a `temperature` acts with `--eval_temperature`."""
     from runner.config import parse_eval_values
+
+    takes_temperature = "temperature" in inspect.signature(type(agent).sample_actions).parameters
 
     sizes = [0] + [n for n in parse_eval_values(cfg.action_chunk_eval_sizes, "x") if 0 < n < chunk]
     samples = [0] + [n for n in parse_eval_values(cfg.best_of_n_eval_values, "x") if n > 0]
@@ -502,6 +506,7 @@ def evaluate_and_log(
                 task_names=task_names,
                 action_chunk_eval_size=size or None,
                 best_of_n=n or None,
+                temperature=cfg.eval_temperature if takes_temperature else None,
             )
             row.update({f"{prefix}/{k}" if prefix else k: v for k, v in stats.items()})
             if not prefix:

@@ -299,3 +299,86 @@ def test_placeholder_agents_still_take_the_flags_default(monkeypatch):
     assert parse(monkeypatch, "main").horizon_length == 5  # ACFQL (placeholder): --horizon_length's default
     assert parse(monkeypatch, "main_online").horizon_length == 5  # ACRLPD
     assert parse(monkeypatch, "main", "--horizon_length=1").horizon_length == 1
+
+
+# ---------------------------------------------------------------- the evaluation temperature (release: 0)
+
+
+def test_iql_and_rebrac_temperature_scales_the_noise():
+    """The FQL release evaluates at temperature 0 (the mean action) and collects online data at temperature 1:
+    noise `t * n` with the same `n` for every `t`, clipped as the release clips."""
+    obs, key = make_batch(0, 1)["observations"], jax.random.PRNGKey(3)
+    iql_agent = make_agent(iql)
+    mean = np.clip(np.asarray(iql_agent.network.select("actor")(obs).mode()), -1, 1)
+    noise = np.asarray(jax.random.normal(key, mean.shape))  # const_std: std 1
+    np.testing.assert_allclose(iql_agent.sample_actions(obs, key, temperature=0.0), mean, atol=1e-6)
+    np.testing.assert_allclose(iql_agent.sample_actions(obs, key, temperature=0.5), np.clip(mean + 0.5 * noise, -1, 1),
+                               atol=1e-6)  # fmt: skip
+    np.testing.assert_array_equal(iql_agent.sample_actions(obs, key), iql_agent.sample_actions(obs, key, temperature=1))
+
+    rebrac_agent = make_agent(rebrac, actor_noise=0.2, actor_noise_clip=0.3)
+    mu = np.asarray(rebrac_agent.policy_actions(obs))
+    np.testing.assert_allclose(rebrac_agent.sample_actions(obs, key, temperature=0.0), np.clip(mu, -1, 1), atol=1e-6)
+    for t in (0.5, 1.0):
+        want = np.clip(mu + np.clip(t * 0.2 * noise, -0.3, 0.3), -1, 1)
+        np.testing.assert_allclose(rebrac_agent.sample_actions(obs, key, temperature=t), want, atol=1e-6)
+    np.testing.assert_array_equal(rebrac_agent.sample_actions(obs, key), rebrac_agent.sample_actions(obs, key, 1.0))
+
+
+def test_eval_temperature_flag(monkeypatch, capsys):
+    import os
+
+    from tests.test_cli import ROOT, error_of, parse
+
+    agent = f"--agent={os.path.join(ROOT, 'agents', 'iql.py')}"
+    assert parse(monkeypatch, "main", agent).eval_temperature == 0.0  # the release's evaluation
+    assert parse(monkeypatch, "main", "--method=rebrac", "--eval_temperature=1").eval_temperature == 1.0
+    assert "must be >= 0" in error_of(monkeypatch, capsys, "main", agent, "--eval_temperature=-0.5")
+    err = error_of(monkeypatch, capsys, "main", "--eval_temperature=1")  # ACFQL has no temperature
+    assert "sample_actions takes no temperature" in err
+
+
+def test_evaluation_acts_with_eval_temperature(tmp_path):
+    """`evaluate_and_log` passes `--eval_temperature` to an agent whose `sample_actions` takes one (and nothing
+    to one that does not); the sequential and the lockstep evaluations pass the same value."""
+    from types import SimpleNamespace
+
+    from envs.env_utils import make_eval_env
+    from evaluation import evaluate, make_eval_vector_env
+    from log_utils import Logger
+    from runner.seed_group import evaluate_and_log
+
+    seen = []
+
+    class Recording:
+        config = {"horizon_length": 1}
+
+        def sample_actions(self, observations, rng, temperature=1.0):
+            seen.append(temperature)
+            return np.zeros(5, np.float32)
+
+    name = "cube-single-play-singletask-task1-v0"
+    env = make_eval_env(name, max_episode_steps=4)
+    cfg = SimpleNamespace(eval_episodes=1, video_episodes=0, video_frame_skip=3, seed=0, progress=False,
+                          action_chunk_eval_sizes="0", best_of_n_eval_values="0", eval_temperature=0.25)  # fmt: skip
+    evaluate_and_log(Recording(), env, cfg, Logger(str(tmp_path), None), step=1, action_dim=5, chunk=1)
+    assert seen == [0.25] * 4
+
+    config = iql.get_config()
+    config.actor_hidden_dims, config.value_hidden_dims = (8,), (8,)
+    ex_obs = np.zeros(env.observation_space.shape, np.float32)
+    agent = iql.SPEC.agent_class.create(0, ex_obs, np.zeros(5, np.float32), config)
+    vector_env = make_eval_vector_env(lambda: make_eval_env(name, max_episode_steps=4), 2, "sync")
+    try:
+        for t in (0.0, 1.0):
+            one, trajs, _ = evaluate(agent, env, 2, seed=1, step=2, progress=False, temperature=t)
+            batched, btrajs, _ = evaluate(agent, env, 2, seed=1, step=2, progress=False, vector_env=vector_env,
+                                          temperature=t)  # fmt: skip
+            for a, b in zip(trajs, btrajs, strict=True):
+                # (within one float32 ulp: the lockstep call fuses `mean + t * std * n` its own way)
+                np.testing.assert_allclose(np.stack(a["action"]), np.stack(b["action"]), rtol=0, atol=1e-6)
+        zero = np.stack(evaluate(agent, env, 1, seed=1, step=2, progress=False, temperature=0.0)[1][0]["action"])
+        noisy = np.stack(evaluate(agent, env, 1, seed=1, step=2, progress=False, temperature=1.0)[1][0]["action"])
+        assert not np.allclose(zero, noisy)
+    finally:
+        vector_env.close()

@@ -44,15 +44,17 @@ def episode_key(key: jax.Array, episode: int) -> jax.Array:
     return jax.random.fold_in(key, episode)
 
 
-def policy_kwargs(goal=None, best_of_n: Optional[int] = None) -> Dict:
+def policy_kwargs(goal=None, best_of_n: Optional[int] = None, temperature: Optional[float] = None) -> Dict:
     """The keyword arguments of `agent.sample_actions` beside the observation and key: `goals` for a
-    goal-conditioned evaluation, `best_of_n` when the evaluation overrides it (neither otherwise, so agents
-    without them keep working)."""
+    goal-conditioned evaluation, `best_of_n` and `temperature` when the evaluation overrides them (none of them
+    otherwise, so agents without them keep working)."""
     kwargs = {}
     if goal is not None:
         kwargs["goals"] = goal
     if best_of_n is not None:
         kwargs["best_of_n"] = best_of_n
+    if temperature is not None:
+        kwargs["temperature"] = temperature
     return kwargs
 
 
@@ -176,7 +178,7 @@ def check_vector_env(vector_env):
 
 
 @functools.partial(jax.jit, static_argnames="best_of_n")
-def _policy_rows(agent, observations, goals, streams, best_of_n=None):
+def _policy_rows(agent, observations, goals, streams, temperature=None, best_of_n=None):
     """One policy call per row: `(chunks (E, h * A), next streams (E, 2), keys used (E, 2))`.
 
     Row `e` computes `next, key = split(streams[e])` and `agent.sample_actions(observations[e], key,
@@ -188,7 +190,7 @@ def _policy_rows(agent, observations, goals, streams, best_of_n=None):
 
     def row(observation, goal, stream):
         next_stream, key = jax.random.split(stream)
-        return agent.sample_actions(observation, key, **policy_kwargs(goal, best_of_n)), next_stream, key
+        return agent.sample_actions(observation, key, **policy_kwargs(goal, best_of_n, temperature)), next_stream, key
 
     return jax.lax.map(lambda args: row(*args), (observations, goals, streams))
 
@@ -196,13 +198,15 @@ def _policy_rows(agent, observations, goals, streams, best_of_n=None):
 class BatchedPolicy:
     """The batched policy of one evaluation: `(observations, goals, streams, rows) -> (chunks, next streams,
     keys)` as numpy arrays, one `sample_actions` call per row (`_policy_rows`); only the `rows` the runner
-    marks use their chunk. `best_of_n` overrides the agent's number of candidates (None: its own)."""
+    marks use their chunk. `best_of_n` overrides the agent's number of candidates, `temperature` the scale of its
+    noise (None: its own)."""
 
-    def __init__(self, agent, best_of_n: Optional[int] = None):
-        self.agent, self.best_of_n = agent, best_of_n
+    def __init__(self, agent, best_of_n: Optional[int] = None, temperature: Optional[float] = None):
+        self.agent, self.best_of_n, self.temperature = agent, best_of_n, temperature
 
     def __call__(self, observations: np.ndarray, goals: Optional[np.ndarray], streams: np.ndarray, rows: np.ndarray):
-        out = _policy_rows(self.agent, observations, goals, streams, best_of_n=self.best_of_n)
+        # The temperature is traced, as in a single jitted call (a constant one could fuse differently).
+        out = _policy_rows(self.agent, observations, goals, streams, self.temperature, best_of_n=self.best_of_n)
         return tuple(np.asarray(x) for x in out)
 
 
