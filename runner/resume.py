@@ -222,14 +222,20 @@ def release_run_dirs():
         os.close(_LOCKS.popitem()[1])
 
 
+def release_run_dir(run_dir: str):
+    """Release `run_dir` if this process holds it (a run given up during its setup)."""
+    fd = _LOCKS.pop(os.path.abspath(run_dir), None)
+    if fd is not None:
+        os.close(fd)
+
+
 def discard_unused_run_dirs():
     """Remove the folders this process created that hold nothing but its own `.lock` (a run refused during
     setup, before it wrote `flags.json`): a refused run leaves no folder. Any other file keeps its folder."""
     for path in sorted(set(_CREATED), key=len, reverse=True):  # a run directory before the parents it needed
         if not os.path.isdir(path) or not set(os.listdir(path)) <= {".lock"}:
             continue
-        if path in _LOCKS:
-            os.close(_LOCKS.pop(path))
+        release_run_dir(path)
         with contextlib.suppress(OSError):
             if os.path.exists(os.path.join(path, ".lock")):
                 os.remove(os.path.join(path, ".lock"))

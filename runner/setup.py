@@ -307,6 +307,7 @@ def setup_run(
         )
     except Exception as e:  # noqa: BLE001 - wandb raises its own kinds (no login, no network, bad project)
         if not cfg.resume:
+            resume.release_run_dir(run_dir)
             shutil.rmtree(run_dir, ignore_errors=True)  # created above for this run only: its name stays free
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise ValueError(

@@ -558,6 +558,9 @@ def test_a_damaged_complete_state_falls_back_and_the_run_dir_is_locked(tmp_path)
     resume.lock_run_dir(str(tmp_path))
     with pytest.raises(ValueError, match="in use by another process"):
         resume.lock_run_dir(str(tmp_path))
+    resume.release_run_dir(str(tmp_path))
+    resume.lock_run_dir(str(tmp_path))  # free again
+    resume.release_run_dir(str(tmp_path))
 
 
 def _seed_states(tmp_path, steps_per_seed):
@@ -645,6 +648,7 @@ def test_a_wandb_that_cannot_start_leaves_no_run_directory(monkeypatch, tmp_path
     with pytest.raises(ValueError, match=r"--wandb_mode=offline: wandb could not start \(RuntimeError: wandb: netw"):
         setup.setup_run(cfg, dict(cfg.agent), {})
     assert not os.path.exists(tmp_path / "Debug" / "w")  # the name stays free for the next try
+    assert str(tmp_path / "Debug" / "w") not in resume._LOCKS  # and no lock is held on it
 
 
 def _no_space(*args, **kwargs):
