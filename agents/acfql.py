@@ -17,6 +17,7 @@ the next chunk), the distillation target `flow(s, z)` and the critic inside the 
 are called without `params=` and get exactly zero gradient (tests/test_acfql.py checks this).
 """
 
+import functools
 from typing import Any
 
 import flax
@@ -40,12 +41,8 @@ def _euler(network, config, observations, noises):
 
     `observations` `(*B, D)` broadcast against `noises` `(*B, A)`. Stored parameters: no gradient.
     """
-    steps = config["flow_steps"]
-    actions = noises
-    for i in range(steps):
-        t = jnp.full((*actions.shape[:-1], 1), i / steps)  # (*B, 1)
-        actions = actions + network.select("actor_bc_flow")(observations, actions, t) / steps
-    return jnp.clip(actions, -1, 1)
+    velocity = functools.partial(network.select("actor_bc_flow"), observations)  # (x, t) -> v(s, x, t)
+    return jnp.clip(common.euler_flow(velocity, noises, config["flow_steps"]), -1, 1)
 
 
 def _repeat_candidates(x, n, axis):

@@ -274,11 +274,8 @@ class DQCAgent(flax.struct.PyTreeNode):
         noises = jax.vmap(lambda key: jax.random.normal(key, (*batch_shape, _policy_dim(cfg))))(keys)  # (N, *B, hA)
         observations = jnp.broadcast_to(observations, (n, *observations.shape))  # (N, *B, D)
         goals = jnp.broadcast_to(goals, (n, *goals.shape))  # (N, *B, G)
-        actions = noises
-        for i in range(cfg["flow_steps"]):
-            t = jnp.full((*actions.shape[:-1], 1), i / cfg["flow_steps"])  # (N, *B, 1)
-            actions = actions + self.network.select("actor_bc")(observations, actions, t) / cfg["flow_steps"]
-        actions = jnp.clip(actions, -1, 1)  # (N, *B, hA)
+        velocity = partial(self.network.select("actor_bc"), observations)  # t: (N, *B, 1)
+        actions = jnp.clip(common.euler_flow(velocity, noises, cfg["flow_steps"]), -1, 1)  # (N, *B, hA)
         q = aggregate(
             _logits(self.network, cfg, "action_critic", observations, goals, actions), cfg["q_agg"]
         )  # (N, *B)

@@ -154,10 +154,8 @@ class IFQLAgent(flax.struct.PyTreeNode):
         action_dim = cfg["action_dim"] * policy_steps(cfg)
         actions = jax.random.normal(rng, (*observations.shape[:batch_axes], n, action_dim))  # (*B, N, hA)
         repeated = jnp.repeat(jnp.expand_dims(observations, batch_axes), n, axis=batch_axes)  # (*B, N, *ob)
-        for i in range(cfg["flow_steps"]):
-            t = jnp.full((*actions.shape[:-1], 1), i / cfg["flow_steps"])  # (*B, N, 1)
-            actions = actions + self.network.select("actor_flow")(repeated, actions, t) / cfg["flow_steps"]
-        actions = jnp.clip(actions, -1, 1)
+        velocity = partial(self.network.select("actor_flow"), repeated)  # t: (*B, N, 1)
+        actions = jnp.clip(common.euler_flow(velocity, actions, cfg["flow_steps"]), -1, 1)
         q = self.network.select("critic")(repeated, actions).min(axis=0)  # (*B, N)
         best = jnp.argmax(q, axis=-1)  # (*B,)
         return jnp.take_along_axis(actions, best[..., None, None], axis=-2)[..., 0, :]  # (*B, hA)
