@@ -10,6 +10,7 @@ reward (one transform, here).
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import functools
 import logging
@@ -91,10 +92,11 @@ class EnvAndDatasets:
 
     `eval_env` is built when first read, by `make_eval_env` then one `reset(seed=eval_env_seed)`, unless an
     env was passed as `built_eval_env`: a start pays for one MuJoCo model less before its first step (its
-    first evaluation pays it), and the env is the same either way.
+    first evaluation pays it), and the env is the same either way. `env` is `built_env`, or the result of
+    `env_future` (an OGBench training env is built and reset on a thread while the data loads, its MuJoCo
+    compiler running beside the main thread; an error in building it is raised by the first read).
     """
 
-    env: object
     train_dataset: dict
     val_dataset: dict | None
     reward_fn: Callable = dense_reward
@@ -105,6 +107,14 @@ class EnvAndDatasets:
     task_names: tuple[str, ...] = ()
     eval_env_seed: int | None = None
     built_eval_env: object = None
+    built_env: object = None
+    env_future: concurrent.futures.Future | None = None
+
+    @property
+    def env(self):
+        if self.built_env is None and self.env_future is not None:
+            self.built_env = self.env_future.result()
+        return self.built_env
 
     @property
     def eval_env(self):
@@ -282,6 +292,7 @@ def make_env_and_datasets(
     reward_fn = sparse_reward_transform if sparse else dense_reward
     goal_conditioned = ogbench_utils.is_oraclerep_env(env_name)
     task_names = ()
+    env_future = None
 
     if robomimic_utils.is_robomimic_env(env_name):
         path = robomimic_utils.resolve_dataset_path(env_name, dataset_path, dataset_dir)
@@ -312,6 +323,19 @@ def make_env_and_datasets(
             ogbench_utils.check_shards(train_paths)  # every shard, before the first loads and any run folder exists
             next_shard = ShardCycler(train_paths, env_name, sparse, action_clip_eps, dataset_success_timing)
 
+        def build_env():  # on a thread while the data loads (EnvAndDatasets.env)
+            if goal_conditioned:
+                built = ogbench_goals.make_oraclerep_env(env_name, success_timing)
+            else:
+                built = ogbench_utils.make_ogbench_env(env_name, success_timing)
+            built = _monitor(built, env_name)
+            built.reset(seed=seeding.env_seed(seed, "env"))
+            return built
+
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="train-env")
+        env_future = pool.submit(build_env)
+        pool.shutdown(wait=False)
+
         def load(path):
             if goal_conditioned:
                 return ogbench_goals.load_oraclerep_dataset(path, env_name, action_clip_eps)
@@ -323,10 +347,8 @@ def make_env_and_datasets(
         val_path = ogbench_utils.existing_val_path(train_paths) if load_val else None
         val = None if val_path is None else load(val_path)
         if goal_conditioned:
-            env = ogbench_goals.make_oraclerep_env(env_name, success_timing)
             task_names = ogbench_goals.task_names(env_name)
-        else:
-            env = ogbench_utils.make_ogbench_env(env_name, success_timing)
+        env = None  # built on the thread
         eval_env_fn = functools.partial(make_eval_env, env_name, success_timing)
         eval_env = None  # built when first used (EnvAndDatasets.eval_env)
         used = [(p, "train") for p in train_paths] + ([] if val is None else [(val_path, "val")])
@@ -336,15 +358,17 @@ def make_env_and_datasets(
 
     train = _apply_common(train, dataset_proportion, sparse)
     val = None if val is None else _apply_common(val, 1.0, sparse)
-    env = _monitor(env, env_name)
-    env.reset(seed=seeding.env_seed(seed, "env"))
+    if env is not None:  # robomimic
+        env = _monitor(env, env_name)
+        env.reset(seed=seeding.env_seed(seed, "env"))
     eval_env_seed = seeding.env_seed(seed, "eval_env")
     if eval_env is not None:  # robomimic: built by robomimic_utils like eval_env_fn builds it
         if not isinstance(eval_env, EpisodeMonitor):
             eval_env = _monitor(eval_env, env_name)
         eval_env.reset(seed=eval_env_seed)
     return EnvAndDatasets(
-        env=env,
+        built_env=env,
+        env_future=env_future,
         built_eval_env=eval_env,
         eval_env_seed=eval_env_seed,
         train_dataset=train,
@@ -385,7 +409,8 @@ def envs_for_seed(env_data: EnvAndDatasets, env_name: str, seed: int, success_ti
     env.reset(seed=seeding.env_seed(seed, "env"))
     return dataclasses.replace(
         env_data,
-        env=env,
+        built_env=env,
+        env_future=None,
         built_eval_env=None,  # built when first used, as in make_env_and_datasets
         eval_env_seed=seeding.env_seed(seed, "eval_env"),
         make_eval_env=eval_env_fn,

@@ -385,7 +385,6 @@ def _setup_runs(cfg):
             )
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from e
-        check_dataset_fits_env(first_dataset, env_data.env, cfg.env_name, what)
         spec = agents.get(cfg.agent["agent_name"])
         check_goal_conditioning(spec, bool(getattr(env_data, "goal_conditioned", False)), cfg.env_name)
         flag = "--horizon_length" if cfg.horizon_length is not None else "the agent's window length"
@@ -397,6 +396,8 @@ def _setup_runs(cfg):
         example = first_dataset.sample(1, idxs=np.zeros(1, dtype=int))
         init_agent, agent_shapes = agent_initializer(spec, cfg.agent, example, seeding.jax_key(cfg.seed, "agent"))
         check_memory(cfg, first_dataset, example, agent_shapes)
+        # Read last: the training env is built on a thread meanwhile (EnvAndDatasets.env).
+        check_dataset_fits_env(first_dataset, env_data.env, cfg.env_name, what)
         if cfg.video_episodes > 0:
             check_rendering(cfg.env_name, env_data.eval_env)
         env_datas, datasets, agents_ = [], [], []

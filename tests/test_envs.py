@@ -13,6 +13,7 @@ import pytest
 from envs import env_utils, ogbench_utils
 from envs.ogbench_utils import OGBenchName, parse_ogbench_name
 from envs.wrappers import OGBENCH_INFO_FILTERS, EpisodeMonitor
+from utils import seeding
 
 
 @pytest.mark.parametrize(
@@ -273,9 +274,42 @@ def test_val_path_and_default_path(monkeypatch, tmp_path):
 
 
 def test_result_defaults():
-    out = env_utils.EnvAndDatasets(env="e", built_eval_env="v", train_dataset={"a": 1}, val_dataset=None)
+    out = env_utils.EnvAndDatasets(built_env="e", built_eval_env="v", train_dataset={"a": 1}, val_dataset=None)
     assert (out.env, out.eval_env, out.train_dataset, out.val_dataset) == ("e", "v", {"a": 1}, None)
     assert out.next_shard is None and out.reward_fn(-2.0) == -2.0 and out.metadata == {}
+
+
+def test_training_env_is_built_on_a_thread_as_an_eager_build_would_be(tmp_path):
+    """`make_env_and_datasets` builds and resets the OGBench training env on a thread while the data loads; the env
+    read from it is in the state an eager build and `reset(seed)` leave (same state, same next steps)."""
+    import concurrent.futures
+
+    name = "cube-single-play-singletask-task1-v0"
+    probe = ogbench_utils.make_ogbench_env(name)
+    ob, _ = probe.reset(seed=0)
+    qpos, qvel = probe.unwrapped._data.qpos.copy(), probe.unwrapped._data.qvel.copy()
+    probe.close()
+    path = str(tmp_path / "cube-single-play-v0.npz")
+    np.savez(path, observations=np.stack([ob, ob]).astype(np.float32), actions=np.zeros((2, 5), np.float32),
+             terminals=np.array([False, True]), qpos=np.stack([qpos, qpos]), qvel=np.stack([qvel, qvel]))  # fmt: skip
+
+    out = env_utils.make_env_and_datasets(name, dataset_path=path, seed=3)
+    assert isinstance(out.env_future, concurrent.futures.Future) and out.built_env is None
+    threaded = out.env
+    assert out.env is threaded and out.built_env is threaded
+    eager = env_utils._monitor(ogbench_utils.make_ogbench_env(name), name)
+    eager.reset(seed=seeding.env_seed(3, "env"))
+    np.testing.assert_array_equal(threaded.unwrapped._data.qpos, eager.unwrapped._data.qpos)
+    for action in (np.full(5, 0.3), np.full(5, -0.7)):
+        np.testing.assert_array_equal(threaded.step(action)[0], eager.step(action)[0])
+    np.testing.assert_array_equal(threaded.reset()[0], eager.reset()[0])  # the same np_random stream after it
+    threaded.close()
+    eager.close()
+
+    failed = concurrent.futures.Future()
+    failed.set_exception(ValueError("no such env"))
+    with pytest.raises(ValueError, match="no such env"):  # a failed build is raised where the env is read
+        _ = env_utils.EnvAndDatasets(train_dataset={}, val_dataset=None, env_future=failed).env
 
 
 def test_eval_env_is_built_on_first_read_and_reset_once_with_its_seed():
@@ -289,7 +323,9 @@ def test_eval_env_is_built_on_first_read_and_reset_once_with_its_seed():
         calls.append("make")
         return Env()
 
-    out = env_utils.EnvAndDatasets(env="e", train_dataset={}, val_dataset=None, make_eval_env=make, eval_env_seed=7)
+    out = env_utils.EnvAndDatasets(
+        built_env="e", train_dataset={}, val_dataset=None, make_eval_env=make, eval_env_seed=7
+    )
     assert calls == []
     env = out.eval_env
     assert isinstance(env, Env) and out.eval_env is env and calls == ["make", ("reset", 7)]
