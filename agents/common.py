@@ -240,10 +240,11 @@ def aggregate(qs, q_agg: str):
 def euler_flow(velocity: Callable, noises, steps: int):
     """`steps` Euler steps of a flow `dx/dt = velocity(x, t)` from `x = noises` at t = 0 to t = 1, unclipped:
     `x <- x + velocity(x, t_i) / steps` with `t_i = i / steps` as a `(*x.shape[:-1], 1)` float32 array (flow
-    matching's sampler, FQL paper Algorithm 1). `noises` `(..., A)` -> `(..., A)`.
+    matching's Euler sampler, as in the FQL paper and its release). `noises` `(..., A)` -> `(..., A)`.
 
     One fully unrolled `lax.scan`: XLA gets the same straight-line program as a Python loop, but the network is
-    traced once rather than `steps` times, which was most of the tracing a warm start pays for an update.
+    traced once rather than `steps` times (every start traces an update before it can find it in the compilation
+    cache).
     """
     times = jnp.asarray([i / steps for i in range(steps)], jnp.float32)
 
