@@ -388,9 +388,12 @@ def changed_settings(record: Dict, flag_values: Dict, agent: Dict) -> List[str]:
     """`--name: then -> now` for every setting of `flag_values`/`agent` that differs from the run's `record`.
 
     Settings in `RESUME_MAY_CHANGE` may differ; paths compare after normalisation; agent keys filled
-    in by `create` (`FILLED_KEYS`) and unset keys are not compared.
+    in by `create` (`FILLED_KEYS`) and unset keys are not compared. A record from before `--eval_temperature`
+    existed counts as 1 for an agent with a temperature (it evaluated with the collection noise) and 0 otherwise.
     """
     old, new = _comparable(record.get("flags", {}), PATH_FLAGS), _comparable(flag_values, PATH_FLAGS)
+    if old and "eval_temperature" not in old:  # recorded before the flag (2026-12-03): what that run evaluated with
+        old["eval_temperature"] = 1.0 if _takes_temperature(agent) else 0.0
     changed = [
         f"--{k}: {old.get(k)!r} then, {new.get(k)!r} now"
         for k in sorted(set(old) | set(new))
@@ -401,6 +404,19 @@ def changed_settings(record: Dict, flag_values: Dict, agent: Dict) -> List[str]:
         if k not in FILLED_KEYS and new_agent[k] is not None and old_agent.get(k) != new_agent[k]:
             changed.append(f"--agent.{k}: {old_agent.get(k)!r} then, {new_agent[k]!r} now")
     return changed
+
+
+def _takes_temperature(agent: Dict) -> bool:
+    """Whether the agent's `sample_actions` takes a `temperature` (IQL, ReBRAC: `--eval_temperature` applies)."""
+    import inspect
+
+    import agents
+
+    try:
+        spec = agents.get(agent.get("agent_name"))
+    except ValueError:  # an agent this code does not know: the agent comparison names the difference
+        return False
+    return "temperature" in inspect.signature(spec.agent_class.sample_actions).parameters
 
 
 def moves(record: Dict, flag_values: Dict) -> List[Dict]:

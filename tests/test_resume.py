@@ -156,3 +156,18 @@ def test_a_full_disk_at_resume_is_one_line_and_the_run_resumes_once_space_return
     os.remove(filler)
     _run("main.py", save, "f", dataset_path, *MAIN, "--resume")
     assert_same_run(reference_runs["main"], run_dir, 456)
+
+
+def test_a_run_recorded_before_eval_temperature_resumes_as_it_evaluated():
+    """Runs recorded before `--eval_temperature` existed: an agent without a temperature resumes unchanged; IQL
+    and ReBRAC evaluated with the collection noise (1), so the new default 0 is a change the resume names."""
+    for name, before in (("acfql", 0.0), ("iql", 1.0), ("rebrac", 1.0), ("ifql", 0.0)):
+        agent = {"agent_name": name}
+        record = {"flags": {"seed": 0}, "agent": agent}
+        assert resume.changed_settings(record, {"seed": 0, "eval_temperature": before}, agent) == []
+        other = 1.0 - before
+        assert resume.changed_settings(record, {"seed": 0, "eval_temperature": other}, agent) == [
+            f"--eval_temperature: {before!r} then, {other!r} now"
+        ]
+    recorded = {"flags": {"seed": 0, "eval_temperature": 0.0}, "agent": {"agent_name": "iql"}}  # compared as usual
+    assert resume.changed_settings(recorded, {"seed": 0, "eval_temperature": 0.0}, {"agent_name": "iql"}) == []
