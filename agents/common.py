@@ -5,6 +5,7 @@ an agent calls (`agents/README.md` says how to add an agent).
 """
 
 import dataclasses
+import inspect
 import math
 import numbers
 from typing import Callable, Dict, Mapping, Optional, Tuple
@@ -235,6 +236,12 @@ def ensemble_values(network, config: Mapping, name: str, inputs, actions, params
 def aggregate(qs, q_agg: str):
     """Ensemble aggregation `(K, *B) -> (*B)` by `q_agg` ('mean' or 'min')."""
     return qs.min(axis=0) if q_agg == "min" else qs.mean(axis=0)
+
+
+def sample_actions_takes(agent_class, name: str) -> bool:
+    """Whether `agent_class.sample_actions` takes the keyword `name`: the evaluation overrides only some agents
+    have (`best_of_n`: DQC, IFQL; `temperature`: IQL, ReBRAC)."""
+    return name in inspect.signature(agent_class.sample_actions).parameters
 
 
 def euler_flow(velocity: Callable, noises, steps: int):

@@ -260,6 +260,17 @@ def run_metadata(env_name: str, success_timing: str = "post", dataset_success_ti
     return {}
 
 
+def _ogbench_train_env(env_name: str, success_timing: str, seed: int) -> EpisodeMonitor:
+    """The monitored OGBench (or oraclerep) training env of `env_name`, reset once from `seed`'s `env` stream."""
+    if ogbench_utils.is_oraclerep_env(env_name):
+        env = ogbench_goals.make_oraclerep_env(env_name, success_timing)
+    else:
+        env = ogbench_utils.make_ogbench_env(env_name, success_timing)
+    env = _monitor(env, env_name)
+    env.reset(seed=seeding.env_seed(seed, "env"))
+    return env
+
+
 def make_env_and_datasets(
     env_name: str,
     dataset_path: str | None = None,
@@ -292,13 +303,15 @@ def make_env_and_datasets(
     reward_fn = sparse_reward_transform if sparse else dense_reward
     goal_conditioned = ogbench_utils.is_oraclerep_env(env_name)
     task_names = ()
-    env_future = None
+    env, env_future = None, None
 
     if robomimic_utils.is_robomimic_env(env_name):
         path = robomimic_utils.resolve_dataset_path(env_name, dataset_path, dataset_dir)
         env, eval_env, train, val = robomimic_utils.make_env_and_datasets(
             env_name, dataset_path=path, seed=seed, action_clip_eps=action_clip_eps
         )
+        env = _monitor(env, env_name)
+        env.reset(seed=seeding.env_seed(seed, "env"))
         datasets = [robomimic_utils.dataset_provenance(path, env_name, hash_datasets)]
         online_fn = robomimic_utils.online_reward_fn
         reward_fn = (lambda r: sparse_reward_transform(online_fn(r))) if sparse else online_fn
@@ -323,17 +336,9 @@ def make_env_and_datasets(
             ogbench_utils.check_shards(train_paths)  # every shard, before the first loads and any run folder exists
             next_shard = ShardCycler(train_paths, env_name, sparse, action_clip_eps, dataset_success_timing)
 
-        def build_env():  # on a thread while the data loads (EnvAndDatasets.env)
-            if goal_conditioned:
-                built = ogbench_goals.make_oraclerep_env(env_name, success_timing)
-            else:
-                built = ogbench_utils.make_ogbench_env(env_name, success_timing)
-            built = _monitor(built, env_name)
-            built.reset(seed=seeding.env_seed(seed, "env"))
-            return built
-
+        # Built on a thread while the data loads (EnvAndDatasets.env).
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="train-env")
-        env_future = pool.submit(build_env)
+        env_future = pool.submit(_ogbench_train_env, env_name, success_timing, seed)
         pool.shutdown(wait=False)
 
         def load(path):
@@ -348,7 +353,6 @@ def make_env_and_datasets(
         val = None if val_path is None else load(val_path)
         if goal_conditioned:
             task_names = ogbench_goals.task_names(env_name)
-        env = None  # built on the thread
         eval_env_fn = functools.partial(make_eval_env, env_name, success_timing)
         eval_env = None  # built when first used (EnvAndDatasets.eval_env)
         used = [(p, "train") for p in train_paths] + ([] if val is None else [(val_path, "val")])
@@ -358,9 +362,6 @@ def make_env_and_datasets(
 
     train = _apply_common(train, dataset_proportion, sparse)
     val = None if val is None else _apply_common(val, 1.0, sparse)
-    if env is not None:  # robomimic
-        env = _monitor(env, env_name)
-        env.reset(seed=seeding.env_seed(seed, "env"))
     eval_env_seed = seeding.env_seed(seed, "eval_env")
     if eval_env is not None:  # robomimic: built by robomimic_utils like eval_env_fn builds it
         if not isinstance(eval_env, EpisodeMonitor):
@@ -394,19 +395,16 @@ def envs_for_seed(env_data: EnvAndDatasets, env_name: str, seed: int, success_ti
         path = env_data.metadata["datasets"][0]["path"]
         env_meta = robomimic_utils.load_env_meta(path)
         env = robomimic_utils.make_robomimic_env(env_name, env_meta, seed=seeding.env_seed(seed, "env"))
+        env = _monitor(env, env_name)
+        env.reset(seed=seeding.env_seed(seed, "env"))
         eval_env_fn = functools.partial(
             make_eval_env, env_name, robomimic_env_meta=env_meta, robomimic_seed=seeding.env_seed(seed, "eval_env")
         )
-    elif ogbench_utils.is_ogbench_env(env_name):
-        env = ogbench_utils.make_ogbench_env(env_name, success_timing)
-        eval_env_fn = functools.partial(make_eval_env, env_name, success_timing)
-    elif ogbench_utils.is_oraclerep_env(env_name):
-        env = ogbench_goals.make_oraclerep_env(env_name, success_timing)
+    elif ogbench_utils.is_ogbench_env(env_name) or ogbench_utils.is_oraclerep_env(env_name):
+        env = _ogbench_train_env(env_name, success_timing, seed)
         eval_env_fn = functools.partial(make_eval_env, env_name, success_timing)
     else:
         raise ValueError(f"Unknown environment {env_name!r}. Supported: " + "; ".join(supported_env_patterns()))
-    env = _monitor(env, env_name)
-    env.reset(seed=seeding.env_seed(seed, "env"))
     return dataclasses.replace(
         env_data,
         built_env=env,

@@ -10,6 +10,7 @@ from typing import Dict, List, Optional
 from absl import logging
 
 import agents
+from agents import common
 from runner import methods
 from runner.cli import DRIVER_ONLY_FLAGS, InputError, input_errors, parse_flags
 from utils import seeding
@@ -233,13 +234,14 @@ class RunConfig:
                 f"--buffer_size={self.buffer_size} can never hold one window of --horizon_length="
                 f"{self.window_length} rows, so no online batch can be drawn."
             )
+        takes_best_of_n = common.sample_actions_takes(spec.agent_class, "best_of_n")
         for name in ("action_chunk_eval_sizes", "best_of_n_eval_values"):
             given = parse_eval_values(getattr(self, name), name)
-            if name == "best_of_n_eval_values" and given != [0] and "best_of_n" not in _parameters(spec):
+            if name == "best_of_n_eval_values" and given != [0] and not takes_best_of_n:
                 raise ValueError(f"--{name}: the {spec.name} agent has no best_of_n override (its sample_actions).")
         if not self.eval_temperature >= 0:
             raise ValueError(f"--eval_temperature={self.eval_temperature} must be >= 0.")
-        if self.eval_temperature != 0 and "temperature" not in _parameters(spec):
+        if self.eval_temperature != 0 and not common.sample_actions_takes(spec.agent_class, "temperature"):
             raise ValueError(
                 f"--eval_temperature={self.eval_temperature}: the {spec.name} agent's sample_actions takes no "
                 "temperature (IQL and ReBRAC do); drop the flag."
@@ -379,12 +381,6 @@ def parse_eval_values(text: str, name: str) -> List[int]:
     if not values or min(values) < 0:
         raise ValueError(f"--{name}={text} must be comma-separated ints >= 0 (0: the default), e.g. 0,1,5.")
     return values
-
-
-def _parameters(spec) -> List[str]:
-    import inspect
-
-    return list(inspect.signature(spec.agent_class.sample_actions).parameters)
 
 
 def _wandb_login_known() -> bool:

@@ -408,15 +408,14 @@ def changed_settings(record: Dict, flag_values: Dict, agent: Dict) -> List[str]:
 
 def _takes_temperature(agent: Dict) -> bool:
     """Whether the agent's `sample_actions` takes a `temperature` (IQL, ReBRAC: `--eval_temperature` applies)."""
-    import inspect
-
     import agents
+    from agents import common
 
     try:
         spec = agents.get(agent.get("agent_name"))
     except ValueError:  # an agent this code does not know: the agent comparison names the difference
         return False
-    return "temperature" in inspect.signature(spec.agent_class.sample_actions).parameters
+    return common.sample_actions_takes(spec.agent_class, "temperature")
 
 
 def moves(record: Dict, flag_values: Dict) -> List[Dict]:

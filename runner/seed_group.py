@@ -6,7 +6,6 @@ with the single-seed kernels (`map`, each seed bit-identical to its single-seed 
 """
 
 import functools
-import inspect
 import os
 import signal
 import sys
@@ -19,6 +18,7 @@ import numpy as np
 from absl import logging
 
 import agents
+from agents import common
 from evaluation import evaluate, make_eval_vector_env
 from log_utils import TimeSplit, write_json, write_video
 from runner import resume
@@ -483,7 +483,7 @@ def evaluate_and_log(
     `sample_actions` takes a `temperature` acts with `--eval_temperature`."""
     from runner.config import parse_eval_values
 
-    takes_temperature = "temperature" in inspect.signature(type(agent).sample_actions).parameters
+    takes_temperature = common.sample_actions_takes(type(agent), "temperature")
 
     sizes = [0] + [n for n in parse_eval_values(cfg.action_chunk_eval_sizes, "x") if 0 < n < chunk]
     samples = [0] + [n for n in parse_eval_values(cfg.best_of_n_eval_values, "x") if n > 0]
