@@ -92,9 +92,7 @@ class EnvAndDatasets:
 
     `eval_env` is built when first read, by `make_eval_env` then one `reset(seed=eval_env_seed)`, unless an
     env was passed as `built_eval_env`: a start pays for one MuJoCo model less before its first step (its
-    first evaluation pays it), and the env is the same either way. `env` is `built_env`, or the result of
-    `env_future` (an OGBench training env is built and reset on a thread while the data loads, its MuJoCo
-    compiler running beside the main thread; an error in building it is raised by the first read).
+    first evaluation pays it), and the env is the same either way.
     """
 
     train_dataset: dict
@@ -107,14 +105,7 @@ class EnvAndDatasets:
     task_names: tuple[str, ...] = ()
     eval_env_seed: int | None = None
     built_eval_env: object = None
-    built_env: object = None
-    env_future: concurrent.futures.Future | None = None
-
-    @property
-    def env(self):
-        if self.built_env is None and self.env_future is not None:
-            self.built_env = self.env_future.result()
-        return self.built_env
+    env: object = None
 
     @property
     def eval_env(self):
@@ -234,8 +225,8 @@ def _apply_common(dataset: dict, dataset_proportion: float, sparse: bool) -> dic
     return dataset
 
 
-def run_metadata(env_name: str, success_timing: str = "post", dataset_success_timing: str = "pre") -> dict:
-    """Facts to store with a run.
+def run_metadata(env_name: str, success_timing: str = "post", dataset_success_timing: str = "pre", env=None) -> dict:
+    """Facts to store with a run; `env` as `ogbench_utils.load_ogbench_dataset`'s (OGBench: where a fact needs one).
 
     OGBench: `{'ogbench_version', 'success_timing', 'reward_timing', 'task_id'}` (`ogbench_utils.ogbench_metadata`)
     plus `dataset_success_timing`; goal-conditioned: `ogbench_goals.goal_metadata` (`task_id` None,
@@ -249,10 +240,10 @@ def run_metadata(env_name: str, success_timing: str = "post", dataset_success_ti
     ogbench_utils.check_success_timing(success_timing)
     ogbench_utils.check_success_timing(dataset_success_timing)
     if ogbench_utils.is_oraclerep_env(env_name):
-        return ogbench_goals.goal_metadata(env_name, success_timing)
+        return ogbench_goals.goal_metadata(env_name, success_timing, env)
     if ogbench_utils.is_ogbench_env(env_name):
         return {
-            **ogbench_utils.ogbench_metadata(env_name, success_timing),
+            **ogbench_utils.ogbench_metadata(env_name, success_timing, env),
             "dataset_success_timing": dataset_success_timing,
         }
     if robomimic_utils.is_robomimic_env(env_name):
@@ -260,14 +251,16 @@ def run_metadata(env_name: str, success_timing: str = "post", dataset_success_ti
     return {}
 
 
-def _ogbench_train_env(env_name: str, success_timing: str, seed: int) -> EpisodeMonitor:
-    """The monitored OGBench (or oraclerep) training env of `env_name`, reset once from `seed`'s `env` stream."""
+def _ogbench_train_env(env_name: str, success_timing: str, seed: int | None) -> EpisodeMonitor:
+    """The monitored OGBench (or oraclerep) training env of `env_name`, reset once from `seed`'s `env` stream
+    (None: not reset)."""
     if ogbench_utils.is_oraclerep_env(env_name):
         env = ogbench_goals.make_oraclerep_env(env_name, success_timing)
     else:
         env = ogbench_utils.make_ogbench_env(env_name, success_timing)
     env = _monitor(env, env_name)
-    env.reset(seed=seeding.env_seed(seed, "env"))
+    if seed is not None:
+        env.reset(seed=seeding.env_seed(seed, "env"))
     return env
 
 
@@ -303,7 +296,7 @@ def make_env_and_datasets(
     reward_fn = sparse_reward_transform if sparse else dense_reward
     goal_conditioned = ogbench_utils.is_oraclerep_env(env_name)
     task_names = ()
-    env, env_future = None, None
+    env = None
 
     if robomimic_utils.is_robomimic_env(env_name):
         path = robomimic_utils.resolve_dataset_path(env_name, dataset_path, dataset_dir)
@@ -316,6 +309,7 @@ def make_env_and_datasets(
         online_fn = robomimic_utils.online_reward_fn
         reward_fn = (lambda r: sparse_reward_transform(online_fn(r))) if sparse else online_fn
         next_shard = None
+        metadata = run_metadata(env_name, success_timing, dataset_success_timing)
         eval_env_fn = functools.partial(
             make_eval_env,
             env_name,
@@ -336,23 +330,31 @@ def make_env_and_datasets(
             ogbench_utils.check_shards(train_paths)  # every shard, before the first loads and any run folder exists
             next_shard = ShardCycler(train_paths, env_name, sparse, action_clip_eps, dataset_success_timing)
 
-        # Built on a thread while the data loads (EnvAndDatasets.env).
+        # The training env is built on a thread while the file is read (MuJoCo's compiler runs beside the main
+        # thread), then lends its task to the loader (relabelling, oracle representations: static facts of the
+        # task, whatever the episode) before its first seeded reset: a start builds one MuJoCo model less.
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="train-env")
-        env_future = pool.submit(_ogbench_train_env, env_name, success_timing, seed)
+        env_future = pool.submit(_ogbench_train_env, env_name, success_timing, None)
         pool.shutdown(wait=False)
+
+        def task_env():
+            return env_future.result().unwrapped
 
         def load(path):
             if goal_conditioned:
-                return ogbench_goals.load_oraclerep_dataset(path, env_name, action_clip_eps)
+                return ogbench_goals.load_oraclerep_dataset(path, env_name, action_clip_eps, env=task_env)
             return ogbench_utils.load_ogbench_dataset(
-                path, env_name, action_clip_eps, success_timing=dataset_success_timing
+                path, env_name, action_clip_eps, success_timing=dataset_success_timing, env=task_env
             )
 
         train = load(train_paths[0])
         val_path = ogbench_utils.existing_val_path(train_paths) if load_val else None
         val = None if val_path is None else load(val_path)
         if goal_conditioned:
-            task_names = ogbench_goals.task_names(env_name)
+            task_names = ogbench_goals.task_names(env_name, task_env())
+        metadata = run_metadata(env_name, success_timing, dataset_success_timing, env=task_env)
+        env = env_future.result()
+        env.reset(seed=seeding.env_seed(seed, "env"))
         eval_env_fn = functools.partial(make_eval_env, env_name, success_timing)
         eval_env = None  # built when first used (EnvAndDatasets.eval_env)
         used = [(p, "train") for p in train_paths] + ([] if val is None else [(val_path, "val")])
@@ -368,15 +370,14 @@ def make_env_and_datasets(
             eval_env = _monitor(eval_env, env_name)
         eval_env.reset(seed=eval_env_seed)
     return EnvAndDatasets(
-        built_env=env,
-        env_future=env_future,
+        env=env,
         built_eval_env=eval_env,
         eval_env_seed=eval_env_seed,
         train_dataset=train,
         val_dataset=val,
         reward_fn=reward_fn,
         next_shard=next_shard,
-        metadata={**run_metadata(env_name, success_timing, dataset_success_timing), "datasets": datasets},
+        metadata={**metadata, "datasets": datasets},
         make_eval_env=eval_env_fn,
         goal_conditioned=goal_conditioned,
         task_names=task_names,
@@ -407,8 +408,7 @@ def envs_for_seed(env_data: EnvAndDatasets, env_name: str, seed: int, success_ti
         raise ValueError(f"Unknown environment {env_name!r}. Supported: " + "; ".join(supported_env_patterns()))
     return dataclasses.replace(
         env_data,
-        built_env=env,
-        env_future=None,
+        env=env,
         built_eval_env=None,  # built when first used, as in make_env_and_datasets
         eval_env_seed=seeding.env_seed(seed, "eval_env"),
         make_eval_env=eval_env_fn,

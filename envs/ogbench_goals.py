@@ -13,7 +13,7 @@ import ogbench.locomaze  # noqa: F401  (registers the locomotion envs with gymna
 import ogbench.manipspace  # noqa: F401  (registers the manipulation envs with gymnasium)
 from ogbench.relabel_utils import add_oracle_reps
 
-from envs.ogbench_utils import check_success_timing, parse_oraclerep_name, read_trajectories, timing_metadata
+from envs.ogbench_utils import check_success_timing, parse_oraclerep_name, read_trajectories, task_env, timing_metadata
 
 
 def make_oraclerep_env(env_name: str, success_timing: str = "post", **env_kwargs) -> gymnasium.Env:
@@ -31,37 +31,39 @@ def _private_env(env_id: str) -> gymnasium.Env:
     return gymnasium.make(env_id, use_oracle_rep=True)
 
 
-def task_names(env_name: str) -> tuple[str, ...]:
+def task_names(env_name: str, env=None) -> tuple[str, ...]:
     """The env's evaluation tasks, task id `i` at position `i - 1`, e.g. ('task1_horizontal', ...) for
-    cube-single, ('task1', ..., 'task5') for puzzle and humanoidmaze. `ValueError` for an unsupported name."""
-    env = _private_env(parse_oraclerep_name(env_name).env_id)
+    cube-single, ('task1', ..., 'task5') for puzzle and humanoidmaze; `env` as `load_oraclerep_dataset`'s.
+    `ValueError` for an unsupported name."""
+    env = task_env(env, _private_env, parse_oraclerep_name(env_name).env_id)
     return tuple(str(info["task_name"]) for info in env.unwrapped.task_infos)
 
 
-def goal_metadata(env_name: str, success_timing: str = "post") -> dict:
+def goal_metadata(env_name: str, success_timing: str = "post", env=None) -> dict:
     """`flags.json`'s env facts of a goal-conditioned run: `timing_metadata`, `goal_conditioned`, `task_id` None
     (every task is evaluated), `task_names`, `dataset_success_timing` None (the goal windows make the rewards)."""
     return {
         **timing_metadata(success_timing),
         "goal_conditioned": True,
         "task_id": None,
-        "task_names": list(task_names(env_name)),
+        "task_names": list(task_names(env_name, env)),
         "dataset_success_timing": None,
     }
 
 
 def load_oraclerep_dataset(
-    path: str, env_name: str, action_clip_eps: float | None = 1e-5, keep_info: bool = False
+    path: str, env_name: str, action_clip_eps: float | None = 1e-5, keep_info: bool = False, env=None
 ) -> dict[str, np.ndarray]:
     """One OGBench npz file (a dataset or a shard) for the goal-conditioned env `env_name`: the single-task
     loader's rows and checks (float32 `observations`, `next_observations (T, D)`, `actions (T, A)`, clipped to
     `[-1 + eps, 1 - eps]`, `terminals (T,)`), `oracle_reps (T, G)` of each row's state, `rewards` zeros and
     `masks` ones (DQC's come from its windows); `keep_info` keeps `qpos`, `qvel` (, `button_states`).
-    `FileNotFoundError` with the download (and generator) command; `ValueError` for a bad name, a bad file or
-    one of another domain."""
+    `env`: the goal-conditioned env of `env_name` (`make_oraclerep_env`) or a function returning it, read, not
+    reset; None: a private one per domain. `FileNotFoundError` with the download (and generator) command;
+    `ValueError` for a bad name, a bad file or one of another domain."""
     name = parse_oraclerep_name(env_name)
     arrays = read_trajectories(path, name.dataset_name, name.has_button_states, goal_conditioned=True)
-    env = _private_env(name.env_id)
+    env = task_env(env, _private_env, name.env_id)
     ob_dim = env.observation_space.shape[-1]
     if arrays["observations"].shape[-1] != ob_dim:
         raise ValueError(

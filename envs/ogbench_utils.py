@@ -27,6 +27,7 @@ import re
 import shlex
 import zipfile
 import zlib
+from typing import Callable
 
 import gymnasium
 import numpy as np
@@ -301,18 +302,19 @@ def check_success_timing(success_timing: str) -> str:
     return success_timing
 
 
-def effective_task_id(env_name: str) -> int:
+def effective_task_id(env_name: str, env=None) -> int:
     """The task a training env runs: N for `...-singletask-taskN-v0`, else ogbench's default (its `set_tasks`,
-    read from an env instance); `ValueError` for an unsupported name."""
+    read from `env`, as `load_ogbench_dataset`'s); `ValueError` for an unsupported name."""
     name = _parse_env_name(env_name)
     if name.task_id is not None:
         return name.task_id
-    return int(_relabel_env(name.env_id).unwrapped._reward_task_id)
+    return int(task_env(env, _relabel_env, name.env_id).unwrapped._reward_task_id)
 
 
-def ogbench_metadata(env_name: str, success_timing: str = "post") -> dict:
-    """`flags.json`'s env facts: `timing_metadata(success_timing)` plus the `task_id` (docs/datasets.md, section 5)."""
-    return {**timing_metadata(success_timing), "task_id": effective_task_id(env_name)}
+def ogbench_metadata(env_name: str, success_timing: str = "post", env=None) -> dict:
+    """`flags.json`'s env facts: `timing_metadata(success_timing)` plus the `task_id` (docs/datasets.md, section 5);
+    `env` as `load_ogbench_dataset`'s."""
+    return {**timing_metadata(success_timing), "task_id": effective_task_id(env_name, env)}
 
 
 def timing_metadata(success_timing: str) -> dict:
@@ -332,6 +334,14 @@ def make_ogbench_env(env_name: str, success_timing: str = "post", **env_kwargs) 
     unsupported name or timing."""
     env_id = _parse_env_name(env_name).env_id
     return gymnasium.make(env_id, success_timing=check_success_timing(success_timing), **env_kwargs)
+
+
+def task_env(env, private: Callable[[str], gymnasium.Env], env_id: str) -> gymnasium.Env:
+    """The env a loader reads its task from: `env`, or what `env()` returns when it is a function (called once the
+    file is read, so that an env built on a thread overlaps the reading), or `private(env_id)` when None."""
+    if env is None:
+        return private(env_id)
+    return env() if callable(env) else env
 
 
 @functools.lru_cache(maxsize=None)
@@ -584,13 +594,16 @@ def load_ogbench_dataset(
     action_clip_eps: float | None = 1e-5,
     keep_info: bool = False,
     success_timing: str = "pre",
+    env=None,
 ) -> dict[str, np.ndarray]:
     """One OGBench npz file (a single file, a `-val` file or a shard) as relabelled transitions for the task
     of `env_name`, in a private env (docs/datasets.md, section 4; `--sparse` is `envs.env_utils`' business).
 
     `success_timing`: rewards and masks of transition t from s_t ('pre', ogbench's loader in every version, so
     the paper's data) or s_{t+1} ('post'). Actions are clipped to `[-1 + eps, 1 - eps]` (None: as stored);
-    `keep_info` keeps `qpos`, `qvel` (and `button_states`) of s_t. Returns float32 `observations`,
+    `keep_info` keeps `qpos`, `qvel` (and `button_states`) of s_t. `env`: the single-task env of `env_name`
+    whose task relabels the rows, or a function returning it; relabelling resets it, so pass a driver's env
+    only before its first seeded reset; None: a private env per task. Returns float32 `observations`,
     `next_observations (T, ob)`, `actions (T, A)`, `rewards (T,)` (minus the unmet task conditions),
     `masks (T,)` (0 where solved), `terminals (T,)`, T = stored rows - trajectories. `FileNotFoundError`
     (with the generator command) for a missing file; `ValueError` for a bad name, timing or file.
@@ -616,7 +629,7 @@ def load_ogbench_dataset(
     rows = starts + 1 if success_timing == "post" else starts
     states = {k: arrays[k][rows] for k in info_keys}
     try:
-        relabel_dataset(name.env_id, _relabel_env(name.env_id), states)  # adds 'rewards', 'masks' (float32)
+        relabel_dataset(name.env_id, task_env(env, _relabel_env, name.env_id), states)  # adds 'rewards', 'masks'
     except (ValueError, IndexError) as e:  # e.g. the qpos of another domain's objects
         raise ValueError(
             f"Dataset file {path} does not fit {env_name}: relabelling its states for the task failed "

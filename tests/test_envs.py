@@ -274,29 +274,37 @@ def test_val_path_and_default_path(monkeypatch, tmp_path):
 
 
 def test_result_defaults():
-    out = env_utils.EnvAndDatasets(built_env="e", built_eval_env="v", train_dataset={"a": 1}, val_dataset=None)
+    out = env_utils.EnvAndDatasets(env="e", built_eval_env="v", train_dataset={"a": 1}, val_dataset=None)
     assert (out.env, out.eval_env, out.train_dataset, out.val_dataset) == ("e", "v", {"a": 1}, None)
     assert out.next_shard is None and out.reward_fn(-2.0) == -2.0 and out.metadata == {}
 
 
-def test_training_env_is_built_on_a_thread_as_an_eager_build_would_be(tmp_path):
-    """`make_env_and_datasets` builds and resets the OGBench training env on a thread while the data loads; the env
-    read from it is in the state an eager build and `reset(seed)` leave (same state, same next steps)."""
-    import concurrent.futures
-
+def test_training_env_relabels_the_data_and_is_then_in_an_eager_builds_state(tmp_path, monkeypatch):
+    """`make_env_and_datasets` builds the OGBench training env on a thread while the file is read, relabels the data
+    in it (no private env is built) and then resets it from the seed: the rewards are a private env's, and the env is
+    in the state an eager build and `reset(seed)` leave (same state, same next steps, same np_random stream)."""
     name = "cube-single-play-singletask-task1-v0"
     probe = ogbench_utils.make_ogbench_env(name)
     ob, _ = probe.reset(seed=0)
     qpos, qvel = probe.unwrapped._data.qpos.copy(), probe.unwrapped._data.qvel.copy()
+    solved = qpos.copy()
+    solved[14:17] = probe.unwrapped._data.mocap_pos[0]  # the cube on task 1's target: reward 0, mask 0
     probe.close()
     path = str(tmp_path / "cube-single-play-v0.npz")
-    np.savez(path, observations=np.stack([ob, ob]).astype(np.float32), actions=np.zeros((2, 5), np.float32),
-             terminals=np.array([False, True]), qpos=np.stack([qpos, qpos]), qvel=np.stack([qvel, qvel]))  # fmt: skip
+    np.savez(path, observations=np.stack([ob, ob, ob]).astype(np.float32), actions=np.zeros((3, 5), np.float32),
+             terminals=np.array([False, False, True]), qpos=np.stack([qpos, solved, qpos]),
+             qvel=np.stack([qvel, qvel, qvel]))  # fmt: skip
+    private = ogbench_utils.load_ogbench_dataset(path, name)
+    np.testing.assert_array_equal(private["rewards"], [-1.0, 0.0])  # pre timing: the rows' own states
 
+    def refuse(env_id):
+        raise AssertionError(f"a private env was built for {env_id}")
+
+    monkeypatch.setattr(ogbench_utils, "_relabel_env", refuse)
     out = env_utils.make_env_and_datasets(name, dataset_path=path, seed=3)
-    assert isinstance(out.env_future, concurrent.futures.Future) and out.built_env is None
+    for key in ("rewards", "masks"):
+        np.testing.assert_array_equal(out.train_dataset[key], private[key])
     threaded = out.env
-    assert out.env is threaded and out.built_env is threaded
     eager = env_utils._monitor(ogbench_utils.make_ogbench_env(name), name)
     eager.reset(seed=seeding.env_seed(3, "env"))
     np.testing.assert_array_equal(threaded.unwrapped._data.qpos, eager.unwrapped._data.qpos)
@@ -305,11 +313,6 @@ def test_training_env_is_built_on_a_thread_as_an_eager_build_would_be(tmp_path):
     np.testing.assert_array_equal(threaded.reset()[0], eager.reset()[0])  # the same np_random stream after it
     threaded.close()
     eager.close()
-
-    failed = concurrent.futures.Future()
-    failed.set_exception(ValueError("no such env"))
-    with pytest.raises(ValueError, match="no such env"):  # a failed build is raised where the env is read
-        _ = env_utils.EnvAndDatasets(train_dataset={}, val_dataset=None, env_future=failed).env
 
 
 def test_eval_env_is_built_on_first_read_and_reset_once_with_its_seed():
@@ -323,9 +326,7 @@ def test_eval_env_is_built_on_first_read_and_reset_once_with_its_seed():
         calls.append("make")
         return Env()
 
-    out = env_utils.EnvAndDatasets(
-        built_env="e", train_dataset={}, val_dataset=None, make_eval_env=make, eval_env_seed=7
-    )
+    out = env_utils.EnvAndDatasets(env="e", train_dataset={}, val_dataset=None, make_eval_env=make, eval_env_seed=7)
     assert calls == []
     env = out.eval_env
     assert isinstance(env, Env) and out.eval_env is env and calls == ["make", ("reset", 7)]

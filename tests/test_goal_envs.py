@@ -131,7 +131,14 @@ def test_goal_metadata(timing):
 # ---------------------------------------------------------------- data
 
 
-def test_loader_keeps_the_single_task_rows_and_adds_oracle_reps(cube_file):
+def test_loader_keeps_the_single_task_rows_and_adds_oracle_reps(cube_file, monkeypatch):
+    names = ogbench_goals.task_names(GOAL_ENV)  # from a private env, the loaders' default
+
+    def refuse(env_id):
+        raise AssertionError(f"a private env was built for {env_id}")
+
+    for module, private in ((ogbench_goals, "_private_env"), (env_utils.ogbench_utils, "_relabel_env")):
+        monkeypatch.setattr(module, private, refuse)  # a run's loader reads its task from the training env
     goal = env_utils.make_env_and_datasets(GOAL_ENV, dataset_path=cube_file, hash_datasets=False)
     single = env_utils.make_env_and_datasets(SINGLE_TASK_ENV, dataset_path=cube_file, hash_datasets=False)
     data, reference = goal.train_dataset, single.train_dataset
@@ -148,7 +155,8 @@ def test_loader_keeps_the_single_task_rows_and_adds_oracle_reps(cube_file):
     np.testing.assert_array_equal(data["oracle_reps"], expected["oracle_reps"])
     cubes = expected["qpos"][:, 14:28].reshape(n, 2, 7)[..., :3]  # the two cubes' xyz of each row
     np.testing.assert_allclose(data["oracle_reps"], ((cubes - [0.425, 0, 0]) * 10).reshape(n, 6), rtol=1e-6)
-    assert goal.goal_conditioned and goal.num_tasks == 5 and goal.task_names == ogbench_goals.task_names(GOAL_ENV)
+    assert goal.goal_conditioned and goal.num_tasks == 5 and goal.task_names == names
+    assert goal.metadata["task_names"] == list(names)
     assert not single.goal_conditioned and single.task_names == () and single.num_tasks == 0
     assert goal.metadata["datasets"][0]["source"] == "generated"
     out = env_utils.make_env_and_datasets(GOAL_ENV, dataset_path=cube_file, dataset_proportion=0.5)
