@@ -504,6 +504,34 @@ def npz_layout(path: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     return layout
 
 
+def first_transition(path: str, action_clip_eps: float | None = 1e-5) -> dict[str, np.ndarray]:
+    """`observations (1, ob)` and `actions (1, A)` of `load_ogbench_dataset(path, ...)`'s row 0, read from the head
+    of the file only (a trajectory's first row is never its last, so row 0 is the file's row 0): a run creates its
+    agent from them while the rest loads. `ValueError` for a file that is not an npz archive of such arrays."""
+    rows = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for key in ("observations", "actions"):
+                with archive.open(f"{key}.npy") as f:
+                    version = np.lib.format.read_magic(f)
+                    read = (
+                        np.lib.format.read_array_header_1_0
+                        if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0
+                    )
+                    shape, fortran_order, dtype = read(f)
+                    if fortran_order or len(shape) < 2 or shape[0] < 1 or dtype.hasobject:
+                        raise ValueError(f"{key} has no C-ordered rows")
+                    count = int(np.prod(shape[1:]))
+                    rows[key] = np.frombuffer(f.read(count * dtype.itemsize), dtype, count).reshape(1, *shape[1:])
+    except (KeyError, zipfile.BadZipFile, EOFError, OSError, ValueError, zlib.error) as e:
+        raise ValueError(f"Dataset file {path}: no first row to read ({type(e).__name__}: {e}).") from None
+    actions = rows["actions"].astype(np.float32)
+    if action_clip_eps is not None:
+        actions = np.clip(actions, -1 + action_clip_eps, 1 - action_clip_eps)
+    return {"observations": rows["observations"].astype(np.float32), "actions": actions}
+
+
 def check_shards(paths: list[str]) -> None:
     """Every shard after the first holds the first one's arrays, with its per-row shapes and dtypes (one domain's
     data), read from the headers before anything loads: `ValueError` naming the first shard that does not. The

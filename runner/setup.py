@@ -6,6 +6,7 @@ and writes each seed's run directory (`flags.json`, CSV/wandb logger). Every bad
 `runner.cli.InputError` before training starts.
 """
 
+import concurrent.futures
 import dataclasses
 import json
 import os
@@ -341,9 +342,74 @@ def seed_configs(cfg) -> List:
     return configs
 
 
+def _load_env_and_data(cfg):
+    """`envs.env_utils.make_env_and_datasets` for `cfg`, a MuJoCo rendering failure reported with its fix."""
+    from envs.env_utils import make_env_and_datasets
+
+    try:
+        return make_env_and_datasets(
+            cfg.env_name,
+            dataset_path=cfg.dataset_path,
+            dataset_dir=cfg.ogbench_dataset_dir,
+            dataset_proportion=cfg.dataset_proportion,
+            sparse=cfg.sparse,
+            seed=cfg.seed,
+            success_timing=cfg.success_timing,
+            dataset_success_timing=cfg.dataset_success_timing,
+        )
+    except (AttributeError, RuntimeError) as e:
+        if "MUJOCO_GL" not in os.environ:
+            raise
+        raise ValueError(
+            f"creating the environment failed with MUJOCO_GL={os.environ['MUJOCO_GL']} ({type(e).__name__}: "
+            f"{e}); unset MUJOCO_GL, or install the library it needs (osmesa: libosmesa6, egl: libegl1)."
+        ) from e
+
+
+def _first_transition(cfg, spec) -> Optional[Dict]:
+    """Row 0 of a single-task OGBench run's data, read from the file's head (`ogbench_utils.first_transition`), or
+    None (another kind of env or data, or a file that cannot be read: loading it reports why)."""
+    from envs import ogbench_utils
+
+    if spec.goal_conditioned or ogbench_utils.is_oraclerep_env(cfg.env_name):
+        return None
+    try:
+        path = ogbench_utils.resolve_dataset_paths(cfg.env_name, cfg.dataset_path, cfg.ogbench_dataset_dir)[0]
+        return ogbench_utils.first_transition(path)
+    except (OSError, ValueError):
+        return None
+
+
+def _env_data_and_agent(cfg, spec):
+    """`(env_data, (row 0, (init, shapes)) or None)`. An OGBench run's env and data load on a thread while this one
+    makes the agent's key (JAX's first programs) and, for a single-task file, traces, lowers and loads (or
+    compiles) the agent's program from the file's first row (`_first_transition`): `_setup_runs` keeps it when that
+    row is the loaded dataset's row 0. An error in creating the agent is left for `_setup_runs` to raise again,
+    after the data's own errors. Other envs (robomimic: its simulator stays on the main thread) load here."""
+    from envs import ogbench_utils
+
+    if not (ogbench_utils.is_ogbench_env(cfg.env_name) or ogbench_utils.is_oraclerep_env(cfg.env_name)):
+        return _load_env_and_data(cfg), None
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="env-data")
+    loading = pool.submit(_load_env_and_data, cfg)
+    pool.shutdown(wait=False)
+    key, early, agent = seeding.jax_key(cfg.seed, "agent"), _first_transition(cfg, spec), None
+    if early is not None:
+        try:
+            agent = (early, agent_initializer(spec, cfg.agent, early, key))
+        except Exception:  # noqa: BLE001 - raised again by the same call in _setup_runs, in its place
+            agent = None
+    return loading.result(), agent
+
+
+def _same_array(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+
+
 def _setup_runs(cfg):
     """`setup_runs` itself: `(runs, seed group record or None)`."""
-    from envs.env_utils import envs_for_seed, make_env_and_datasets
+    from envs.env_utils import envs_for_seed
 
     with input_errors():
         check_sizes(cfg)
@@ -352,24 +418,8 @@ def _setup_runs(cfg):
         taken = [resume.run_dir_of(c) for c in configs if c.run_name and os.path.exists(resume.run_dir_of(c))]
         if not cfg.resume and taken:  # before any seed's directory is made: a group is created whole or not at all
             raise ValueError(_taken(cfg.run_name, taken))
-        try:
-            env_data = make_env_and_datasets(
-                cfg.env_name,
-                dataset_path=cfg.dataset_path,
-                dataset_dir=cfg.ogbench_dataset_dir,
-                dataset_proportion=cfg.dataset_proportion,
-                sparse=cfg.sparse,
-                seed=cfg.seed,
-                success_timing=cfg.success_timing,
-                dataset_success_timing=cfg.dataset_success_timing,
-            )
-        except (AttributeError, RuntimeError) as e:
-            if "MUJOCO_GL" not in os.environ:
-                raise
-            raise ValueError(
-                f"creating the environment failed with MUJOCO_GL={os.environ['MUJOCO_GL']} ({type(e).__name__}: "
-                f"{e}); unset MUJOCO_GL, or install the library it needs (osmesa: libosmesa6, egl: libegl1)."
-            ) from e
+        spec = agents.get(cfg.agent["agent_name"])
+        env_data, early_agent = _env_data_and_agent(cfg, spec)
         data_records = [d for d in env_data.metadata.get("datasets", []) if d.get("role", "train") == "train"]
         for d in data_records[:3]:  # what a user compares across machines: the data, not only the arithmetic
             logging.info("Data: %s (%s, %s bytes, sha256 %s)", d.get("path"), d.get("source"), d.get("size_bytes"),
@@ -385,7 +435,6 @@ def _setup_runs(cfg):
             )
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from e
-        spec = agents.get(cfg.agent["agent_name"])
         check_goal_conditioning(spec, bool(getattr(env_data, "goal_conditioned", False)), cfg.env_name)
         flag = "--horizon_length" if cfg.horizon_length is not None else "the agent's window length"
         check_dataset_windows(first_dataset, cfg.window_length, what, flag)
@@ -394,7 +443,10 @@ def _setup_runs(cfg):
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from None
         example = first_dataset.sample(1, idxs=np.zeros(1, dtype=int))
-        init_agent, agent_shapes = agent_initializer(spec, cfg.agent, example, seeding.jax_key(cfg.seed, "agent"))
+        if early_agent is not None and all(_same_array(example[k], v) for k, v in early_agent[0].items()):
+            init_agent, agent_shapes = early_agent[1]
+        else:
+            init_agent, agent_shapes = agent_initializer(spec, cfg.agent, example, seeding.jax_key(cfg.seed, "agent"))
         check_memory(cfg, first_dataset, example, agent_shapes)
         # Read last: the training env is built on a thread meanwhile (EnvAndDatasets.env).
         check_dataset_fits_env(first_dataset, env_data.env, cfg.env_name, what)

@@ -1,0 +1,71 @@
+"""`runner.setup` creates a single-task OGBench run's agent from its file's first row while a thread builds the env
+and loads the data (`ogbench_utils.first_transition`), and keeps that agent only when the row is the loaded
+dataset's row 0: the agent is the one `agent_initializer` makes from the loaded example, either way."""
+
+import jax
+import numpy as np
+import pytest
+
+import agents
+from envs import ogbench_utils
+from runner import resume, setup
+from tests.driver_runs import tiny_dataset
+from tests.test_cli import parse
+from utils import seeding
+
+TINY = ["--env_name=cube-single-play-singletask-task1-v0", "--agent.actor_hidden_dims=(8,8)",
+        "--agent.value_hidden_dims=(8,8)", "--agent.batch_size=4", "--horizon_length=3",
+        "--progress=False"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def dataset_path(tmp_path_factory):
+    return tiny_dataset(tmp_path_factory.mktemp("data"))
+
+
+def test_first_transition_is_the_loaded_row_0(dataset_path, tmp_path):
+    loaded = ogbench_utils.load_ogbench_dataset(dataset_path, "cube-single-play-singletask-task1-v0")
+    head = ogbench_utils.first_transition(dataset_path)
+    assert sorted(head) == ["actions", "observations"]
+    for key, row in head.items():
+        assert row.dtype == loaded[key].dtype == np.float32 and row.shape == loaded[key][:1].shape
+        np.testing.assert_array_equal(row, loaded[key][:1])
+    np.savez(tmp_path / "bounds.npz", observations=np.ones((3, 2)), actions=np.array([[1.0, -1.0, 0.25]] * 3))
+    head = ogbench_utils.first_transition(str(tmp_path / "bounds.npz"))  # cast to float32, clipped as the loader does
+    assert head["observations"].dtype == head["actions"].dtype == np.float32
+    np.testing.assert_array_equal(head["actions"], np.float32([[1 - 1e-5, -1 + 1e-5, 0.25]]))
+    assert ogbench_utils.first_transition(str(tmp_path / "bounds.npz"), None)["actions"].tolist() == [[1, -1, 0.25]]
+    (tmp_path / "text.npz").write_text("not an archive")
+    np.savez(tmp_path / "no_actions.npz", observations=np.zeros((3, 2), np.float32))
+    for bad in ("text.npz", "no_actions.npz", "missing.npz"):
+        with pytest.raises(ValueError, match="no first row to read"):
+            ogbench_utils.first_transition(str(tmp_path / bad))
+
+
+@pytest.mark.parametrize("shift", [0.0, 0.5], ids=["row 0", "another row"])
+def test_the_agent_made_while_the_data_loads_is_kept_only_when_its_row_is_row_0(
+    monkeypatch, tmp_path, dataset_path, shift
+):
+    calls, read = [], ogbench_utils.first_transition
+    real_initializer = setup.agent_initializer
+
+    def counted(spec, config, example, key):
+        calls.append(np.asarray(example["observations"]).copy())
+        return real_initializer(spec, config, example, key)
+
+    monkeypatch.setattr(ogbench_utils, "first_transition", lambda path: {k: v + shift for k, v in read(path).items()})
+    monkeypatch.setattr(setup, "agent_initializer", counted)
+    cfg = parse(monkeypatch, "main", f"--save_dir={tmp_path}", f"--dataset_path={dataset_path}", *TINY)
+    (run,) = setup.setup_runs(cfg)
+    try:
+        # The early agent from the file's head, then, only when that row was not row 0, one from the loaded example.
+        assert len(calls) == (1 if shift == 0 else 2)
+        np.testing.assert_array_equal(calls[0], run.example["observations"] + shift)
+        spec = agents.get(cfg.agent["agent_name"])
+        key = seeding.jax_key(cfg.seed, "agent")
+        expected = real_initializer(spec, cfg.agent, run.example, key)[0](key)
+        for got, want in zip(jax.tree_util.tree_leaves(run.agent), jax.tree_util.tree_leaves(expected), strict=True):
+            np.testing.assert_array_equal(got, want)
+    finally:
+        run.logger.close()
+        resume.release_run_dirs()
