@@ -478,6 +478,13 @@ def _looks_like_npz(path: str) -> bool:
     return not head or head.startswith(b"PK") or head == b"\x93NUMPY"
 
 
+def _read_npy_header(f) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """`(shape, fortran_order, dtype)` of the `.npy` stream `f`, which is left at the array's first byte."""
+    version = np.lib.format.read_magic(f)
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    return read(f)
+
+
 def npz_layout(path: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """`{name: (shape, dtype)}` of every array of the npz archive at `path`, read from the array headers only
     (no data is loaded). `ValueError` naming the file when it is not an npz (zip) archive or a header is
@@ -491,13 +498,7 @@ def npz_layout(path: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
                 if not member.endswith(".npy"):
                     continue
                 with archive.open(member) as f:
-                    version = np.lib.format.read_magic(f)
-                    read = (
-                        np.lib.format.read_array_header_1_0
-                        if version == (1, 0)
-                        else np.lib.format.read_array_header_2_0
-                    )
-                    shape, _, dtype = read(f)
+                    shape, _, dtype = _read_npy_header(f)
                 layout[member[: -len(".npy")]] = (shape, dtype)
     except (zipfile.BadZipFile, EOFError, OSError, ValueError, zlib.error) as e:
         raise ValueError(f"Dataset file {path} is truncated or corrupt ({type(e).__name__}: {e}).") from None
@@ -513,13 +514,7 @@ def first_transition(path: str, action_clip_eps: float | None = 1e-5) -> dict[st
         with zipfile.ZipFile(path) as archive:
             for key in ("observations", "actions"):
                 with archive.open(f"{key}.npy") as f:
-                    version = np.lib.format.read_magic(f)
-                    read = (
-                        np.lib.format.read_array_header_1_0
-                        if version == (1, 0)
-                        else np.lib.format.read_array_header_2_0
-                    )
-                    shape, fortran_order, dtype = read(f)
+                    shape, fortran_order, dtype = _read_npy_header(f)
                     if fortran_order or len(shape) < 2 or shape[0] < 1 or dtype.hasobject:
                         raise ValueError(f"{key} has no C-ordered rows")
                     count = int(np.prod(shape[1:]))
@@ -625,7 +620,7 @@ def load_ogbench_dataset(
     env=None,
 ) -> dict[str, np.ndarray]:
     """One OGBench npz file (a single file, a `-val` file or a shard) as relabelled transitions for the task
-    of `env_name`, in a private env (docs/datasets.md, section 4; `--sparse` is `envs.env_utils`' business).
+    of `env_name`, in `env` or a private env (docs/datasets.md, section 4; `--sparse` is `envs.env_utils`' business).
 
     `success_timing`: rewards and masks of transition t from s_t ('pre', ogbench's loader in every version, so
     the paper's data) or s_{t+1} ('post'). Actions are clipped to `[-1 + eps, 1 - eps]` (None: as stored);

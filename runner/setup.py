@@ -448,7 +448,6 @@ def _setup_runs(cfg):
         else:
             init_agent, agent_shapes = agent_initializer(spec, cfg.agent, example, seeding.jax_key(cfg.seed, "agent"))
         check_memory(cfg, first_dataset, example, agent_shapes)
-        # Read last: the training env is built on a thread meanwhile (EnvAndDatasets.env).
         check_dataset_fits_env(first_dataset, env_data.env, cfg.env_name, what)
         if cfg.video_episodes > 0:
             check_rendering(cfg.env_name, env_data.eval_env)
