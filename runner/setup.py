@@ -383,9 +383,10 @@ def _first_transition(cfg, spec) -> Optional[Dict]:
 def _env_data_and_agent(cfg, spec):
     """`(env_data, (row 0, (init, shapes)) or None)`. An OGBench run's env and data load on a thread while this one
     makes the agent's key (JAX's first programs) and, for a single-task file, traces, lowers and loads (or
-    compiles) the agent's program from the file's first row (`_first_transition`): `_setup_runs` keeps it when that
-    row is the loaded dataset's row 0. An error in creating the agent is left for `_setup_runs` to raise again,
-    after the data's own errors. Other envs (robomimic: its simulator stays on the main thread) load here."""
+    compiles) the agent's program from the file's first row (`_first_transition`), then main.py's first update
+    (`warm_first_update`): `_setup_runs` keeps the agent when that row is the loaded dataset's row 0. An error in
+    creating the agent is left for `_setup_runs` to raise again, after the data's own errors. Other envs
+    (robomimic: its simulator stays on the main thread) load here."""
     from envs import ogbench_utils
 
     if not (ogbench_utils.is_ogbench_env(cfg.env_name) or ogbench_utils.is_oraclerep_env(cfg.env_name)):
@@ -399,7 +400,41 @@ def _env_data_and_agent(cfg, spec):
             agent = (early, agent_initializer(spec, cfg.agent, early, key))
         except Exception:  # noqa: BLE001 - raised again by the same call in _setup_runs, in its place
             agent = None
+    if agent is not None and cfg.driver == "main" and cfg.offline_steps > 0:
+        warm_first_update(cfg, spec, early, agent[1][1])
     return loading.result(), agent
+
+
+def warm_first_update(cfg, spec, row: Dict, shapes) -> bool:
+    """Trace, lower and load (or compile) main.py's first offline update before its batch exists, while the env
+    builds: a warm start then takes its first step as soon as setup ends. The batch is the agent's window source's
+    (`window_source`, a private generator) over a stand-in dataset of `row` (`observations (1, ob)`, `actions (1,
+    A)`, the other fields float32, as the loaders make them); only its shapes and dtypes are used, `shapes` are the
+    agent's (`agent_initializer`), and nothing is run. One seed with `--updates_per_dispatch=1`: the program
+    `runner.seed_group.SeedGroup.update_fn` calls; otherwise the agent's `update` is traced (`jax.eval_shape`),
+    which every dispatch reuses. JAX keeps what was made for a first update with the same shapes and dtypes and
+    makes it again for any other, so this never changes a result. Returns whether it ran: an agent or window
+    source that cannot do it here fails, if at all, in its real call."""
+    import jax
+
+    from runner.seed_group import donate_agent, donating
+
+    rows = max(int(cfg.window_length), 1) + 1
+    obs, actions = np.repeat(row["observations"], rows, axis=0), np.repeat(row["actions"], rows, axis=0)
+    floats = np.zeros(rows, np.float32)
+    stand_in = dict(observations=obs, next_observations=obs, actions=actions, rewards=floats, terminals=floats,
+                    masks=floats + 1)  # fmt: skip
+    try:
+        windows = window_source(Dataset.create(**stand_in, rng=np.random.default_rng(0)), cfg.agent)
+        batch = windows.sample(int(cfg.agent["batch_size"]))
+        batch = {k: batch[k] for k in spec.batch_keys}  # what SeedGroup.update_fn passes on
+        if cfg.num_seeds == 1 and cfg.updates_per_dispatch == 1:
+            donating("update", None, donate_agent(cfg)).lower(shapes, batch).compile()
+        else:
+            jax.eval_shape(lambda agent, batch: agent.update(batch), shapes, batch)
+    except Exception:  # noqa: BLE001 - a warm-up only: the real update traces (and raises) on its own
+        return False
+    return True
 
 
 def _same_array(a, b) -> bool:

@@ -40,10 +40,10 @@ observation 40, action 5):
   the device sampler (k = 100, `--rows` rows). `held` = arguments + outputs - aliased + temporaries: the device
   bytes of one call; donation aliases the new agent to the old one's buffers. Nothing is run or timed.
 * `startup`: seconds from starting `main.py` to its first gradient step, with an empty compilation cache
-  (`--compilation_cache_dir`, a fresh folder) and then with the one that first start filled, for the README's
+  (`--compilation_cache_dir`, a fresh folder) and then with the one that start filled, for the README's
   main job (QC-FQL, 4x256 MLPs, cube-single task 1) and its CPU-sized DQC run (3x256 MLPs, cube-single
-  oraclerep), both on a 2-episode generated dataset (`--startup_repeats` warm starts each; the process is
-  stopped once the step is done).
+  oraclerep), both on a 2-episode generated dataset: `--startup_repeats` rounds of a cold and a warm start of
+  each, interleaved, and the medians over rounds (the process is stopped once the step is done).
 * `generation`: episodes/s of `python -m envs.generate_dataset` with `--num_workers` 1 and 2
   (`--gen_episodes` episodes of 1001 steps; the authors' repository has no generator: OGBench's own
   script is sequential, our W = 1).
@@ -58,6 +58,7 @@ import argparse
 import functools
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -101,7 +102,8 @@ def parse_args(argv=None):
     p.add_argument("--eval_async_envs", type=int, default=2, help="envs of the async batched evaluation (0: skip)")
     p.add_argument("--gen_episodes", type=int, default=4, help="episodes generated per worker count")
     p.add_argument("--rounds", type=int, default=3, help="overhead section: rounds of interleaved measurements")
-    p.add_argument("--startup_repeats", type=int, default=2, help="startup section: warm starts per run")
+    p.add_argument("--startup_repeats", type=int, default=3,
+                   help="startup section: rounds of a cold and a warm start of each run (medians)")  # fmt: skip
     p.add_argument("--out", default=None, help="write the rows as JSON to this file")
     p.add_argument("--worker", default=None, help="internal: run one timing worker and print JSON")
     p.add_argument("--k", type=int, default=1, help="internal: the worker's steps per call (device, floor)")
@@ -714,20 +716,27 @@ def section_startup(args, rows):
 
     quiet_startup()
 
+    # Rounds, each a cold start (a fresh cache folder) then a warm one (the folder it filled) of every run, so that
+    # a machine whose speed drifts slows both alike; the medians over rounds make the ratio.
+    times = {(name, kind): [] for name in STARTUP_RUNS for kind in ("cold cache", "warm cache")}
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "cube-single-play-v0.npz")
         generate_dataset("cube-single-play-v0", num_episodes=2, seed=0, save_path=data, progress=False)
-        for name, flags in STARTUP_RUNS.items():
-            cache = os.path.join(tmp, f"cache_{len(rows)}")
-            cold = _seconds_to_first_step(flags, data, cache, os.path.join(tmp, "exp"))
-            warm = min(_seconds_to_first_step(flags, data, cache, os.path.join(tmp, "exp"))
-                       for _ in range(args.startup_repeats))  # fmt: skip
-            for setting, seconds in (("cold cache", cold), ("warm cache", warm)):
-                rows.append(dict(section="startup", setting=f"{name}, {setting}", unit="s to the first step",
-                                 ours=seconds))  # fmt: skip
-                _print(rows[-1])
-            rows.append(dict(section="startup", setting=f"{name}, warm/cold", unit="ratio", ours=warm / cold))
+        for r in range(args.startup_repeats):
+            for i, (name, flags) in enumerate(STARTUP_RUNS.items()):
+                cache = os.path.join(tmp, f"cache_{r}_{i}")
+                for kind in ("cold cache", "warm cache"):
+                    times[name, kind].append(_seconds_to_first_step(flags, data, cache, os.path.join(tmp, "exp")))
+            print(f"  startup round {r + 1}/{args.startup_repeats}: "
+                  + ", ".join(f"{n}, {k} {v[-1]:.1f} s" for (n, k), v in times.items()), flush=True)  # fmt: skip
+    for name in STARTUP_RUNS:
+        cold, warm = (statistics.median(times[name, kind]) for kind in ("cold cache", "warm cache"))
+        for setting, seconds in (("cold cache", cold), ("warm cache", warm)):
+            rows.append(dict(section="startup", setting=f"{name}, {setting}", unit="median s to the first step",
+                             ours=seconds, each=times[name, setting]))  # fmt: skip
             _print(rows[-1])
+        rows.append(dict(section="startup", setting=f"{name}, warm/cold", unit="ratio of medians", ours=warm / cold))
+        _print(rows[-1])
 
 
 def _print(row):

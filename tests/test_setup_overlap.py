@@ -1,6 +1,7 @@
 """`runner.setup` creates a single-task OGBench run's agent from its file's first row while a thread builds the env
 and loads the data (`ogbench_utils.first_transition`), and keeps that agent only when the row is the loaded
-dataset's row 0: the agent is the one `agent_initializer` makes from the loaded example, either way."""
+dataset's row 0: the agent is the one `agent_initializer` makes from the loaded example, either way. Meanwhile it
+also makes main.py's first offline update (`warm_first_update`), which the first step then runs as made."""
 
 import jax
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 import agents
 from envs import ogbench_utils
 from runner import resume, setup
+from runner.seed_group import SeedGroup
 from tests.driver_runs import tiny_dataset
 from tests.test_cli import parse
 from utils import seeding
@@ -66,6 +68,43 @@ def test_the_agent_made_while_the_data_loads_is_kept_only_when_its_row_is_row_0(
         expected = real_initializer(spec, cfg.agent, run.example, key)[0](key)
         for got, want in zip(jax.tree_util.tree_leaves(run.agent), jax.tree_util.tree_leaves(expected), strict=True):
             np.testing.assert_array_equal(got, want)
+    finally:
+        run.logger.close()
+        resume.release_run_dirs()
+
+
+_EVENTS = []
+
+
+def _count_traces(event, duration, **kwargs):
+    if event in ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/backend_compile_duration"):
+        _EVENTS.append(event)
+
+
+jax.monitoring.register_event_duration_secs_listener(_count_traces)
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warmed", "warm-up off"])
+def test_the_first_offline_update_is_traced_and_compiled_while_the_env_builds(
+    monkeypatch, tmp_path, dataset_path, warm
+):
+    # Shapes no other test uses (this process may have compiled others): each case its own batch size.
+    shapes = ["--agent.actor_hidden_dims=(7,7)", "--agent.value_hidden_dims=(7,7)", f"--agent.batch_size={5 + warm}"]
+    made = []
+    real = setup.warm_first_update
+    monkeypatch.setattr(setup, "warm_first_update", lambda *a: made.append(real(*a) if warm else False))
+    flags = [f for f in TINY if f.split("=")[0] not in {s.split("=")[0] for s in shapes}] + shapes
+    cfg = parse(monkeypatch, "main", f"--save_dir={tmp_path}", f"--dataset_path={dataset_path}", *flags)
+    (run,) = setup.setup_runs(cfg)
+    try:
+        group = SeedGroup([run])
+        update = group.update_fn()
+        batch = run.windows.sample(cfg.agent["batch_size"])
+        _EVENTS.clear()
+        agent, info = update(group.agent, batch)
+        jax.block_until_ready(info)
+        # Warmed: the step runs the program made during setup, with nothing traced or compiled; else both happen.
+        assert made == [warm] and (_EVENTS == [] if warm else len(_EVENTS) >= 2), _EVENTS
     finally:
         run.logger.close()
         resume.release_run_dirs()
