@@ -400,7 +400,8 @@ def _env_data_and_agent(cfg, spec):
             agent = (early, agent_initializer(spec, cfg.agent, early, key))
         except Exception:  # noqa: BLE001 - raised again by the same call in _setup_runs, in its place
             agent = None
-    if agent is not None and cfg.driver == "main" and cfg.offline_steps > 0:
+    failed = loading.done() and loading.exception() is not None  # its error comes first, not after a compile
+    if agent is not None and cfg.driver == "main" and cfg.offline_steps > 0 and not failed:
         warm_first_update(cfg, spec, early, agent[1][1])
     return loading.result(), agent
 
