@@ -400,25 +400,22 @@ def _env_data_and_agent(cfg, spec):
             agent = (early, agent_initializer(spec, cfg.agent, early, key))
         except Exception:  # noqa: BLE001 - raised again by the same call in _setup_runs, in its place
             agent = None
-    failed = loading.done() and loading.exception() is not None  # its error comes first, not after a compile
+    failed = loading.done() and loading.exception() is not None  # its error comes first
     if agent is not None and cfg.driver == "main" and cfg.offline_steps > 0 and not failed:
         warm_first_update(cfg, spec, early, agent[1][1])
     return loading.result(), agent
 
 
 def warm_first_update(cfg, spec, row: Dict, shapes) -> bool:
-    """Trace, lower and load (or compile) main.py's first offline update before its batch exists, while the env
-    builds: a warm start then takes its first step as soon as setup ends. The batch is the agent's window source's
-    (`window_source`, a private generator) over a stand-in dataset of `row` (`observations (1, ob)`, `actions (1,
-    A)`, the other fields float32, as the loaders make them); only its shapes and dtypes are used, `shapes` are the
-    agent's (`agent_initializer`), and nothing is run. One seed with `--updates_per_dispatch=1`: the program
-    `runner.seed_group.SeedGroup.update_fn` calls; otherwise the agent's `update` is traced (`jax.eval_shape`),
-    which every dispatch reuses. JAX keeps what was made for a first update with the same shapes and dtypes and
-    makes it again for any other, so this never changes a result. Returns whether it ran: an agent or window
-    source that cannot do it here fails, if at all, in its real call."""
+    """Trace main.py's first offline update before its batch exists, while the env builds: JAX keeps the trace of
+    the agent's jitted `_update`, and the first step, with any `--num_seeds` or `--updates_per_dispatch`, reuses it
+    (it only lowers its program and loads it from the compilation cache, or compiles it). The batch is the agent's
+    window source's (`window_source`, a private generator) over a stand-in dataset of `row` (`observations (1,
+    ob)`, `actions (1, A)`, the other fields float32, as the loaders make them); only its shapes and dtypes are used
+    (`jax.eval_shape`: nothing runs or compiles, so a bad input's error is not kept waiting), `shapes` are the
+    agent's (`agent_initializer`). A first batch of other shapes or dtypes is traced anew, so no result can change.
+    Returns whether it ran: an agent or window source that cannot do it here fails, if at all, in its real call."""
     import jax
-
-    from runner.seed_group import donate_agent, donating
 
     rows = max(int(cfg.window_length), 1) + 1
     obs, actions = np.repeat(row["observations"], rows, axis=0), np.repeat(row["actions"], rows, axis=0)
@@ -428,11 +425,8 @@ def warm_first_update(cfg, spec, row: Dict, shapes) -> bool:
     try:
         windows = window_source(Dataset.create(**stand_in, rng=np.random.default_rng(0)), cfg.agent)
         batch = windows.sample(int(cfg.agent["batch_size"]))
-        batch = {k: batch[k] for k in spec.batch_keys}  # what SeedGroup.update_fn passes on
-        if cfg.num_seeds == 1 and cfg.updates_per_dispatch == 1:
-            donating("update", None, donate_agent(cfg)).lower(shapes, batch).compile()
-        else:
-            jax.eval_shape(lambda agent, batch: agent.update(batch), shapes, batch)
+        batch = {k: batch[k] for k in spec.batch_keys}  # what the update is given (SeedGroup.update_fn)
+        jax.eval_shape(lambda agent, batch: agent.update(batch), shapes, batch)
     except Exception:  # noqa: BLE001 - a warm-up only: the real update traces (and raises) on its own
         return False
     return True
