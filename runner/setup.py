@@ -383,9 +383,9 @@ def _first_transition(cfg, spec) -> Optional[Dict]:
 def _env_data_and_agent(cfg, spec):
     """`(env_data, (row 0, (init, shapes)) or None)`. An OGBench run's env and data load on a thread while this one
     makes the agent's key (JAX's first programs) and, for a single-task file, traces, lowers and loads (or
-    compiles) the agent's program from the file's first row (`_first_transition`), then main.py's first update
-    (`warm_first_update`): `_setup_runs` keeps the agent when that row is the loaded dataset's row 0. An error in
-    creating the agent is left for `_setup_runs` to raise again, after the data's own errors. Other envs
+    compiles) the agent's program from the file's first row (`_first_transition`), then traces main.py's first
+    update (`warm_first_update`): `_setup_runs` keeps the agent when that row is the loaded dataset's row 0. An
+    error in creating the agent is left for `_setup_runs` to raise again, after the data's own errors. Other envs
     (robomimic: its simulator stays on the main thread) load here."""
     from envs import ogbench_utils
 
