@@ -8,10 +8,12 @@ and writes each seed's run directory (`flags.json`, CSV/wandb logger). Every bad
 
 import concurrent.futures
 import dataclasses
+import hashlib
 import json
 import os
 import re
 import shutil
+import tempfile
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -366,24 +368,80 @@ def _load_env_and_data(cfg):
         ) from e
 
 
-def _first_transition(cfg, spec) -> Optional[Dict]:
-    """Row 0 of a single-task OGBench run's data, read from the file's head (`ogbench_utils.first_transition`), or
-    None (another kind of env or data, or a file that cannot be read: loading it reports why)."""
+def _is_goal_run(cfg, spec) -> bool:
     from envs import ogbench_utils
 
-    if spec.goal_conditioned or ogbench_utils.is_oraclerep_env(cfg.env_name):
+    return spec.goal_conditioned or ogbench_utils.is_oraclerep_env(cfg.env_name)
+
+
+def _first_row_record(cfg) -> Optional[str]:
+    """Where a goal-conditioned OGBench run keeps its data's row 0 for the next start of the same data:
+    `<compilation cache>/qc_first_rows/<key>.npz`, the key a hash of the env name and the training file's path,
+    size and modification time. None without a compilation cache; `OSError`, `ValueError` for a file that is not
+    there (loading it reports why)."""
+    from envs import ogbench_utils
+
+    folder = compilation_cache_dir(cfg.compilation_cache_dir)
+    if folder is None:
         return None
+    path = os.path.abspath(ogbench_utils.resolve_dataset_paths(cfg.env_name, cfg.dataset_path,
+                                                                cfg.ogbench_dataset_dir)[0])  # fmt: skip
+    stat = os.stat(path)
+    key = json.dumps([cfg.env_name, path, stat.st_size, stat.st_mtime_ns])
+    return os.path.join(folder, "qc_first_rows", hashlib.sha256(key.encode()).hexdigest()[:32] + ".npz")
+
+
+def _keep_first_row(cfg, spec, example: Dict):
+    """Write `example`'s `observations (1, ob)`, `actions (1, A)` (, `oracle_reps (1, G)`) to `_first_row_record`
+    for a goal-conditioned run, whose row 0 needs the env's oracle representation and so cannot be read from the
+    file's head: the next start creates its agent from it while the env builds, and keeps it only when the row is
+    still the loaded data's. Written whole or not at all (a new file, then renamed); a folder that cannot be
+    written is no record."""
+    if not _is_goal_run(cfg, spec):
+        return
+    row = {k: np.asarray(example[k]) for k in ("observations", "actions", "oracle_reps") if k in example}
+    tmp = None
     try:
-        path = ogbench_utils.resolve_dataset_paths(cfg.env_name, cfg.dataset_path, cfg.ogbench_dataset_dir)[0]
-        return ogbench_utils.first_transition(path)
+        record = _first_row_record(cfg)
+        if record is None:
+            return
+        os.makedirs(os.path.dirname(record), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(record), suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **row)
+        os.replace(tmp, record)
     except (OSError, ValueError):
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _first_transition(cfg, spec) -> Optional[Dict]:
+    """Row 0 of an OGBench run's data before it loads, or None (another kind of env or data, a file that cannot
+    be read: loading it reports why). A single-task file's `observations (1, ob)`, `actions (1, A)` are read from
+    its head (`ogbench_utils.first_transition`); a goal-conditioned run's, with `oracle_reps (1, G)`, from the
+    record an earlier start of the same data left (`_keep_first_row`)."""
+    from envs import ogbench_utils
+
+    try:
+        if not _is_goal_run(cfg, spec):
+            path = ogbench_utils.resolve_dataset_paths(cfg.env_name, cfg.dataset_path, cfg.ogbench_dataset_dir)[0]
+            return ogbench_utils.first_transition(path)
+        record = _first_row_record(cfg)
+        if record is None or not os.path.isfile(record):
+            return None
+        with np.load(record, allow_pickle=False) as f:
+            row = {k: f[k] for k in ("observations", "actions", "oracle_reps") if k in f.files}
+    except Exception:  # noqa: BLE001 - no row to start from: the agent is created after the load, as without one
         return None
+    ok = {"observations", "actions"} <= set(row) and all(v.ndim == 2 and len(v) == 1 for v in row.values())
+    return row if ok else None
 
 
 def _env_data_and_agent(cfg, spec):
     """`(env_data, (row 0, (init, shapes)) or None)`. An OGBench run's env and data load on a thread while this one
-    makes the agent's key (JAX's first programs) and, for a single-task file, traces, lowers and loads (or
-    compiles) the agent's program from the file's first row (`_first_transition`), then traces main.py's first
+    makes the agent's key (JAX's first programs) and, given the data's row 0 (`_first_transition`: a single-task
+    file's head, a goal-conditioned run's record), traces, lowers and loads (or compiles) the agent's program
+    from it, then traces main.py's first
     update (`warm_first_update`): `_setup_runs` keeps the agent when that row is the loaded dataset's row 0. An
     error in creating the agent is left for `_setup_runs` to raise again, after the data's own errors. Other envs
     (robomimic: its simulator stays on the main thread) load here."""
@@ -411,7 +469,8 @@ def warm_first_update(cfg, spec, row: Dict, shapes) -> bool:
     the agent's jitted `_update`, and the first step, with any `--num_seeds` or `--updates_per_dispatch`, reuses it
     (it only lowers its program and loads it from the compilation cache, or compiles it). The batch is the agent's
     window source's (`window_source`, a private generator) over a stand-in dataset of `row` (`observations (1,
-    ob)`, `actions (1, A)`, the other fields float32, as the loaders make them); only its shapes and dtypes are used
+    ob)`, `actions (1, A)` (, `oracle_reps (1, G)`) repeated into one trajectory, the other fields float32, as the
+    loaders make them); only its shapes and dtypes are used
     (`jax.eval_shape`: nothing runs or compiles, so a bad input's error is not kept waiting), `shapes` are the
     agent's (`agent_initializer`). A first batch of other shapes or dtypes is traced anew, so no result can change.
     Returns whether it ran: an agent or window source that cannot do it here fails, if at all, in its real call."""
@@ -419,9 +478,11 @@ def warm_first_update(cfg, spec, row: Dict, shapes) -> bool:
 
     rows = max(int(cfg.window_length), 1) + 1
     obs, actions = np.repeat(row["observations"], rows, axis=0), np.repeat(row["actions"], rows, axis=0)
-    floats = np.zeros(rows, np.float32)
-    stand_in = dict(observations=obs, next_observations=obs, actions=actions, rewards=floats, terminals=floats,
+    floats, ends = np.zeros(rows, np.float32), (np.arange(rows) == rows - 1).astype(np.float32)
+    stand_in = dict(observations=obs, next_observations=obs, actions=actions, rewards=floats, terminals=ends,
                     masks=floats + 1)  # fmt: skip
+    if "oracle_reps" in row:
+        stand_in["oracle_reps"] = np.repeat(row["oracle_reps"], rows, axis=0)
     try:
         windows = window_source(Dataset.create(**stand_in, rng=np.random.default_rng(0)), cfg.agent)
         batch = windows.sample(int(cfg.agent["batch_size"]))
@@ -473,10 +534,16 @@ def _setup_runs(cfg):
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from None
         example = first_dataset.sample(1, idxs=np.zeros(1, dtype=int))
-        if early_agent is not None and all(_same_array(example[k], v) for k, v in early_agent[0].items()):
+        made_from = [k for k in ("observations", "actions", "oracle_reps") if k in example]  # agent_initializer's
+        if (
+            early_agent is not None
+            and set(early_agent[0]) == set(made_from)
+            and all(_same_array(example[k], early_agent[0][k]) for k in made_from)
+        ):
             init_agent, agent_shapes = early_agent[1]
         else:
             init_agent, agent_shapes = agent_initializer(spec, cfg.agent, example, seeding.jax_key(cfg.seed, "agent"))
+            _keep_first_row(cfg, spec, example)
         check_memory(cfg, first_dataset, example, agent_shapes)
         check_dataset_fits_env(first_dataset, env_data.env, cfg.env_name, what)
         if cfg.video_episodes > 0:

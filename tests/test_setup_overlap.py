@@ -117,3 +117,82 @@ def test_the_first_offline_update_is_traced_while_the_env_builds(monkeypatch, tm
         logger.setLevel(level)
         run.logger.close()
         resume.release_run_dirs()
+
+
+DQC = ["--agent=agents/dqc.py", "--env_name=cube-single-play-oraclerep-v0", "--agent.actor_hidden_dims=(5,5)",
+       "--agent.value_hidden_dims=(5,5)", "--agent.batch_size=3", "--agent.backup_horizon=4",
+       "--agent.policy_chunk_size=2", "--agent.best_of_n=2", "--agent.flow_steps=2", "--offline_steps=1",
+       "--progress=False"]  # fmt: skip
+
+
+def _setup_and_first_step(monkeypatch, flags):
+    """`setup_runs` of `flags`, the rows `agent_initializer` was given, the functions the first step traced, and
+    whether the agent equals the one made from the loaded example."""
+    made, real = [], setup.agent_initializer
+    monkeypatch.setattr(setup, "agent_initializer", lambda *a: made.append(dict(a[2])) or real(*a))
+    cfg = parse(monkeypatch, "main", *flags)
+    (run,) = setup.setup_runs(cfg)
+    traces, logger = _Traces(), logging.getLogger("jax._src.dispatch")
+    level = logger.level
+    try:
+        spec, key = agents.get(cfg.agent["agent_name"]), seeding.jax_key(cfg.seed, "agent")
+        expected = real(spec, cfg.agent, run.example, key)[0](key)
+        same = all(np.array_equal(a, b) for a, b in zip(jax.tree_util.tree_leaves(run.agent),
+                                                         jax.tree_util.tree_leaves(expected), strict=True))  # fmt: skip
+        group = SeedGroup([run])
+        logger.addHandler(traces)
+        logger.setLevel(logging.DEBUG)
+        jax.block_until_ready(group.update_fn()(group.agent, run.windows.sample(cfg.agent["batch_size"]))[1])
+        return run.example, made, traces.names, same
+    finally:
+        logger.removeHandler(traces)
+        logger.setLevel(level)
+        run.logger.close()
+        resume.release_run_dirs()
+
+
+def test_a_goal_conditioned_run_starts_from_the_row_its_last_start_recorded(monkeypatch, tmp_path, dataset_path):
+    # Its row 0 needs the env's oracle representation, so a first start (an empty cache folder) creates the agent
+    # after the load and records the row; the next start of the same data creates the agent and traces the first
+    # update from that record while the env builds. A record that is not row 0 any more, or not a record at all,
+    # costs only the early agent: the agent is always the one made from the loaded example.
+    cache = tmp_path / "cache"
+    flags = [*DQC, f"--dataset_path={dataset_path}", f"--compilation_cache_dir={cache}"]
+    example, made, traced, same = _setup_and_first_step(monkeypatch, [*flags, f"--save_dir={tmp_path / 'a'}"])
+    assert len(made) == 1 and same and "_update" in traced, traced
+    (record,) = (cache / "qc_first_rows").iterdir()
+    with np.load(record) as f:
+        assert sorted(f.files) == ["actions", "observations", "oracle_reps"]
+        for k in f.files:
+            np.testing.assert_array_equal(f[k], example[k])
+            assert f[k].dtype == example[k].dtype == np.float32 and f[k].shape == example[k].shape
+
+    example, made, traced, same = _setup_and_first_step(monkeypatch, [*flags, f"--save_dir={tmp_path / 'b'}"])
+    assert len(made) == 1 and same and "call" in traced and "_update" not in traced, traced
+
+    with np.load(record) as f:
+        stale = {k: f[k] + (k == "oracle_reps") for k in f.files}  # another goal representation
+    np.savez(record, **stale)
+    example, made, traced, same = _setup_and_first_step(monkeypatch, [*flags, f"--save_dir={tmp_path / 'c'}"])
+    assert len(made) == 2 and same, len(made)
+    np.testing.assert_array_equal(made[0]["oracle_reps"], stale["oracle_reps"])
+    with np.load(record) as f:  # recorded anew
+        np.testing.assert_array_equal(f["oracle_reps"], example["oracle_reps"])
+
+    record.write_text("not an archive")
+    example, made, traced, same = _setup_and_first_step(monkeypatch, [*flags, f"--save_dir={tmp_path / 'd'}"])
+    assert len(made) == 1 and same
+    with np.load(record) as f:
+        np.testing.assert_array_equal(f["observations"], example["observations"])
+
+    # No cache, no record: nothing is written, the agent is made after the load.
+    example, made, traced, same = _setup_and_first_step(
+        monkeypatch,
+        [
+            *DQC,
+            f"--dataset_path={dataset_path}",
+            "--compilation_cache_dir=none",
+            f"--save_dir={tmp_path / 'e'}",
+        ],  # fmt: skip
+    )
+    assert len(made) == 1 and same
