@@ -368,6 +368,10 @@ def _load_env_and_data(cfg):
         ) from e
 
 
+# The fields of a run's example that `agent_initializer` creates the agent from: what an early agent's row must equal.
+ROW_KEYS = ("observations", "actions", "oracle_reps")
+
+
 def _is_goal_run(cfg, spec) -> bool:
     from envs import ogbench_utils
 
@@ -399,7 +403,7 @@ def _keep_first_row(cfg, spec, example: Dict):
     written is no record."""
     if not _is_goal_run(cfg, spec):
         return
-    row = {k: np.asarray(example[k]) for k in ("observations", "actions", "oracle_reps") if k in example}
+    row = {k: np.asarray(example[k]) for k in ROW_KEYS if k in example}
     tmp = None
     try:
         record = _first_row_record(cfg)
@@ -430,7 +434,7 @@ def _first_transition(cfg, spec) -> Optional[Dict]:
         if record is None or not os.path.isfile(record):
             return None
         with np.load(record, allow_pickle=False) as f:
-            row = {k: f[k] for k in ("observations", "actions", "oracle_reps") if k in f.files}
+            row = {k: f[k] for k in ROW_KEYS if k in f.files}
     except Exception:  # noqa: BLE001 - no row to start from: the agent is created after the load, as without one
         return None
     ok = {"observations", "actions"} <= set(row) and all(v.ndim == 2 and len(v) == 1 for v in row.values())
@@ -441,10 +445,9 @@ def _env_data_and_agent(cfg, spec):
     """`(env_data, (row 0, (init, shapes)) or None)`. An OGBench run's env and data load on a thread while this one
     makes the agent's key (JAX's first programs) and, given the data's row 0 (`_first_transition`: a single-task
     file's head, a goal-conditioned run's record), traces, lowers and loads (or compiles) the agent's program
-    from it, then traces main.py's first
-    update (`warm_first_update`): `_setup_runs` keeps the agent when that row is the loaded dataset's row 0. An
-    error in creating the agent is left for `_setup_runs` to raise again, after the data's own errors. Other envs
-    (robomimic: its simulator stays on the main thread) load here."""
+    from it, then traces main.py's first update (`warm_first_update`): `_setup_runs` keeps the agent when that row
+    is the loaded dataset's row 0. An error in creating the agent is left for `_setup_runs` to raise again, after
+    the data's own errors. Other envs (robomimic: its simulator stays on the main thread) load here."""
     from envs import ogbench_utils
 
     if not (ogbench_utils.is_ogbench_env(cfg.env_name) or ogbench_utils.is_oraclerep_env(cfg.env_name)):
@@ -470,10 +473,10 @@ def warm_first_update(cfg, spec, row: Dict, shapes) -> bool:
     (it only lowers its program and loads it from the compilation cache, or compiles it). The batch is the agent's
     window source's (`window_source`, a private generator) over a stand-in dataset of `row` (`observations (1,
     ob)`, `actions (1, A)` (, `oracle_reps (1, G)`) repeated into one trajectory, the other fields float32, as the
-    loaders make them); only its shapes and dtypes are used
-    (`jax.eval_shape`: nothing runs or compiles, so a bad input's error is not kept waiting), `shapes` are the
-    agent's (`agent_initializer`). A first batch of other shapes or dtypes is traced anew, so no result can change.
-    Returns whether it ran: an agent or window source that cannot do it here fails, if at all, in its real call."""
+    loaders make them); only its shapes and dtypes are used (`jax.eval_shape`: nothing runs or compiles, so a bad
+    input's error is not kept waiting), `shapes` are the agent's (`agent_initializer`). A first batch of other
+    shapes or dtypes is traced anew, so no result can change. Returns whether it ran: an agent or window source
+    that cannot do it here fails, if at all, in its real call."""
     import jax
 
     rows = max(int(cfg.window_length), 1) + 1
@@ -534,7 +537,7 @@ def _setup_runs(cfg):
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from None
         example = first_dataset.sample(1, idxs=np.zeros(1, dtype=int))
-        made_from = [k for k in ("observations", "actions", "oracle_reps") if k in example]  # agent_initializer's
+        made_from = [k for k in ROW_KEYS if k in example]
         if (
             early_agent is not None
             and set(early_agent[0]) == set(made_from)
