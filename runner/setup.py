@@ -27,7 +27,7 @@ from runner.config import check_goal_conditioning
 from utils import seeding
 from utils.datasets import Dataset
 from utils.device_sampler import ChunkWindows
-from utils.startup import compilation_cache_dir, use_compilation_cache
+from utils.startup import compilation_cache_dir, load_if_cached, use_compilation_cache
 
 
 @dataclasses.dataclass
@@ -445,9 +445,9 @@ def _env_data_and_agent(cfg, spec):
     """`(env_data, (row 0, (init, shapes)) or None)`. An OGBench run's env and data load on a thread while this one
     makes the agent's key (JAX's first programs) and, given the data's row 0 (`_first_transition`: a single-task
     file's head, a goal-conditioned run's record), traces, lowers and loads (or compiles) the agent's program
-    from it, then traces main.py's first update (`warm_first_update`): `_setup_runs` keeps the agent when that row
-    is the loaded dataset's row 0. An error in creating the agent is left for `_setup_runs` to raise again, after
-    the data's own errors. Other envs (robomimic: its simulator stays on the main thread) load here."""
+    from it, then makes main.py's first update ready (`warm_first_update`): `_setup_runs` keeps the agent when
+    that row is the loaded dataset's row 0. An error in creating the agent is left for `_setup_runs` to raise
+    again, after the data's own errors. Other envs (robomimic: its simulator stays on the main thread) load here."""
     from envs import ogbench_utils
 
     if not (ogbench_utils.is_ogbench_env(cfg.env_name) or ogbench_utils.is_oraclerep_env(cfg.env_name)):
@@ -468,16 +468,20 @@ def _env_data_and_agent(cfg, spec):
 
 
 def warm_first_update(cfg, spec, row: Dict, shapes) -> bool:
-    """Trace main.py's first offline update before its batch exists, while the env builds: JAX keeps the trace of
-    the agent's jitted `_update`, and the first step, with any `--num_seeds` or `--updates_per_dispatch`, reuses it
-    (it only lowers its program and loads it from the compilation cache, or compiles it). The batch is the agent's
-    window source's (`window_source`, a private generator) over a stand-in dataset of `row` (`observations (1,
-    ob)`, `actions (1, A)` (, `oracle_reps (1, G)`) repeated into one trajectory, the other fields float32, as the
-    loaders make them); only its shapes and dtypes are used (`jax.eval_shape`: nothing runs or compiles, so a bad
-    input's error is not kept waiting), `shapes` are the agent's (`agent_initializer`). A first batch of other
-    shapes or dtypes is traced anew, so no result can change. Returns whether it ran: an agent or window source
-    that cannot do it here fails, if at all, in its real call."""
+    """Make main.py's first offline update before its batch exists, while the env builds. JAX keeps the trace of
+    the agent's jitted `_update`, which the first step, with any `--num_seeds` or `--updates_per_dispatch`,
+    reuses. For one seed and k = 1 the loop's own jitted call (`seed_group.donating`) is also lowered and, when
+    the compilation cache holds it, loaded (`load_if_cached`): its first step then runs at once. Nothing is
+    compiled here (a bad input's error is not kept waiting): on a cold cache the first step compiles. The batch
+    is the agent's window source's (`window_source`, a private generator) over a stand-in dataset of `row`
+    (`observations (1, ob)`, `actions (1, A)` (, `oracle_reps (1, G)`) repeated into one trajectory, the other
+    fields float32, as the loaders make them); only its shapes and dtypes are used, `shapes` are the agent's
+    (`agent_initializer`). A first batch of other shapes or dtypes is traced anew, so no result can change.
+    Returns whether it ran: an agent or window source that cannot do it here fails, if at all, in its real
+    call."""
     import jax
+
+    from runner.seed_group import donate_agent, donating
 
     rows = max(int(cfg.window_length), 1) + 1
     obs, actions = np.repeat(row["observations"], rows, axis=0), np.repeat(row["actions"], rows, axis=0)
@@ -490,7 +494,10 @@ def warm_first_update(cfg, spec, row: Dict, shapes) -> bool:
         windows = window_source(Dataset.create(**stand_in, rng=np.random.default_rng(0)), cfg.agent)
         batch = windows.sample(int(cfg.agent["batch_size"]))
         batch = {k: batch[k] for k in spec.batch_keys}  # what the update is given (SeedGroup.update_fn)
-        jax.eval_shape(lambda agent, batch: agent.update(batch), shapes, batch)
+        if cfg.num_seeds == 1 and cfg.updates_per_dispatch == 1:  # the loop's own jitted call, as it will run
+            load_if_cached(donating("update", None, donate_agent(cfg)).lower(shapes, batch))
+        else:
+            jax.eval_shape(lambda agent, batch: agent.update(batch), shapes, batch)
     except Exception:  # noqa: BLE001 - a warm-up only: the real update traces (and raises) on its own
         return False
     return True

@@ -54,3 +54,43 @@ def test_runs_sharing_a_cache_at_once_equal_a_run_without_one(tmp_path):
     assert sorted(os.listdir(cache)) == sorted(entries)
     for name in ("b", "c"):
         assert_same_run(os.path.join(save, "g", "a"), os.path.join(save, "g", name), 12)
+
+
+def _program(scale):
+    """A jitted function no other test compiles (`scale` makes it new to this process), and its input."""
+    import jax
+    import jax.numpy as jnp
+
+    return jax.jit(lambda x: jnp.tanh(x * scale) + scale), jnp.arange(6.0, dtype=jnp.float32).reshape(2, 3)
+
+
+def test_load_if_cached_loads_a_cached_program_and_never_compiles_one():
+    import threading
+
+    import jax
+    import numpy as np
+
+    from utils.startup import load_if_cached
+
+    cache = jax.config.jax_compilation_cache_dir  # conftest: this test run's own folder
+    assert cache and os.path.isdir(cache)
+    scale = np.float32(np.random.default_rng().uniform(3, 4))  # new each run: no entry from an earlier one
+    fn, x = _program(scale)
+    before = set(os.listdir(cache))
+    assert load_if_cached(fn.lower(x)) is None  # not in the cache: nothing compiled, nothing written
+    assert set(os.listdir(cache)) == before
+    expected = np.tanh(np.asarray(x) * scale) + scale
+    np.testing.assert_allclose(fn(x), expected, rtol=1e-6)  # the call compiles it (and writes the entry)
+    assert len(set(os.listdir(cache)) - before) == 1
+    # A new jit of the same function (a new process would see the same): its program is loaded from the entry.
+    again, _ = _program(scale)
+    loaded = load_if_cached(again.lower(x))
+    assert loaded is not None
+    np.testing.assert_allclose(loaded(x), expected, rtol=1e-6)
+    # The swap is undone: later calls, in this thread or another, compile as always.
+    out = {}
+    worker = threading.Thread(target=lambda: out.setdefault("y", _program(scale + 1)[0](x)))
+    worker.start()
+    worker.join()
+    np.testing.assert_allclose(out["y"], np.tanh(np.asarray(x) * (scale + 1)) + scale + 1, rtol=1e-6)
+    np.testing.assert_allclose(_program(scale + 2)[0](x), np.tanh(np.asarray(x) * (scale + 2)) + scale + 2, rtol=1e-6)

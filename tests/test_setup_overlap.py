@@ -109,9 +109,10 @@ def test_the_first_offline_update_is_traced_while_the_env_builds(monkeypatch, tm
         logger.setLevel(logging.DEBUG)
         agent, info = update(group.agent, batch)
         jax.block_until_ready(info)
-        # The step traces its own wrapper (`call`); the agent's `_update` inside it only when setup did not.
-        assert made == [warm] and "call" in traces.names, traces.names
-        assert ("_update" in traces.names) != warm, traces.names
+        # Setup traced (and lowered) the loop's jitted call, `call` around the agent's `_update`: the step traces
+        # neither; without the warm-up, both.
+        assert made == [warm], made
+        assert ("call" in traces.names) != warm and ("_update" in traces.names) != warm, traces.names
     finally:
         logger.removeHandler(traces)
         logger.setLevel(level)
@@ -126,10 +127,13 @@ DQC = ["--agent=agents/dqc.py", "--env_name=cube-single-play-oraclerep-v0", "--a
 
 
 def _setup_and_first_step(monkeypatch, flags):
-    """`setup_runs` of `flags`, the rows `agent_initializer` was given, the functions the first step traced, and
-    whether the agent equals the one made from the loaded example."""
+    """`setup_runs` of `flags`, the rows `agent_initializer` was given, the functions the first step traced, what
+    `warm_first_update` returned (one entry per call), and whether the agent equals the one made from the loaded
+    example."""
     made, real = [], setup.agent_initializer
     monkeypatch.setattr(setup, "agent_initializer", lambda *a: made.append(dict(a[2])) or real(*a))
+    warmed, real_warm = [], setup.warm_first_update
+    monkeypatch.setattr(setup, "warm_first_update", lambda *a: warmed.append(real_warm(*a)) or warmed[-1])
     cfg = parse(monkeypatch, "main", *flags)
     (run,) = setup.setup_runs(cfg)
     traces, logger = _Traces(), logging.getLogger("jax._src.dispatch")
@@ -143,7 +147,7 @@ def _setup_and_first_step(monkeypatch, flags):
         logger.addHandler(traces)
         logger.setLevel(logging.DEBUG)
         jax.block_until_ready(group.update_fn()(group.agent, run.windows.sample(cfg.agent["batch_size"]))[1])
-        return run.example, made, traces.names, same
+        return run.example, made, traces.names, warmed, same
     finally:
         logger.removeHandler(traces)
         logger.setLevel(level)
@@ -158,8 +162,8 @@ def test_a_goal_conditioned_run_starts_from_the_row_its_last_start_recorded(monk
     # costs only the early agent: the agent is always the one made from the loaded example.
     cache = tmp_path / "cache"
     flags = [*DQC, f"--dataset_path={dataset_path}", f"--compilation_cache_dir={cache}"]
-    example, made, traced, same = _setup_and_first_step(monkeypatch, [*flags, f"--save_dir={tmp_path / 'a'}"])
-    assert len(made) == 1 and same and "_update" in traced, traced
+    example, made, traced, warmed, same = _setup_and_first_step(monkeypatch, [*flags, f"--save_dir={tmp_path / 'a'}"])
+    assert len(made) == 1 and same and not warmed and "_update" in traced, traced
     (record,) = (cache / "qc_first_rows").iterdir()
     with np.load(record) as f:
         assert sorted(f.files) == ["actions", "observations", "oracle_reps"]
@@ -167,26 +171,27 @@ def test_a_goal_conditioned_run_starts_from_the_row_its_last_start_recorded(monk
             np.testing.assert_array_equal(f[k], example[k])
             assert f[k].dtype == example[k].dtype == np.float32 and f[k].shape == example[k].shape
 
-    example, made, traced, same = _setup_and_first_step(monkeypatch, [*flags, f"--save_dir={tmp_path / 'b'}"])
-    assert len(made) == 1 and same and "call" in traced and "_update" not in traced, traced
+    example, made, traced, warmed, same = _setup_and_first_step(monkeypatch, [*flags, f"--save_dir={tmp_path / 'b'}"])
+    # (The first start traced the same update in this process: only `warmed` tells that setup made it.)
+    assert len(made) == 1 and same and warmed == [True] and "_update" not in traced, traced
 
     with np.load(record) as f:
         stale = {k: f[k] + (k == "oracle_reps") for k in f.files}  # another goal representation
     np.savez(record, **stale)
-    example, made, traced, same = _setup_and_first_step(monkeypatch, [*flags, f"--save_dir={tmp_path / 'c'}"])
+    example, made, traced, warmed, same = _setup_and_first_step(monkeypatch, [*flags, f"--save_dir={tmp_path / 'c'}"])
     assert len(made) == 2 and same, len(made)
     np.testing.assert_array_equal(made[0]["oracle_reps"], stale["oracle_reps"])
     with np.load(record) as f:  # recorded anew
         np.testing.assert_array_equal(f["oracle_reps"], example["oracle_reps"])
 
     record.write_text("not an archive")
-    example, made, traced, same = _setup_and_first_step(monkeypatch, [*flags, f"--save_dir={tmp_path / 'd'}"])
+    example, made, traced, warmed, same = _setup_and_first_step(monkeypatch, [*flags, f"--save_dir={tmp_path / 'd'}"])
     assert len(made) == 1 and same
     with np.load(record) as f:
         np.testing.assert_array_equal(f["observations"], example["observations"])
 
     # No cache, no record: nothing is written, the agent is made after the load.
-    example, made, traced, same = _setup_and_first_step(
+    example, made, traced, warmed, same = _setup_and_first_step(
         monkeypatch,
         [
             *DQC,
