@@ -277,6 +277,18 @@ def get(name: str) -> AgentSpec:
     return REGISTRY[name]
 
 
+def window_source(dataset, agent_config):
+    """The source of the agent's offline batches over `dataset` (a `utils.datasets.Dataset`): its spec's
+    `windows`, by default `utils.device_sampler.ChunkWindows` (h-step windows, docs/batch_contract.md, with only
+    the keys the update reads)."""
+    from utils.device_sampler import ChunkWindows
+
+    spec = get(agent_config["agent_name"])
+    if spec.windows is not None:
+        return spec.windows(dataset, agent_config)
+    return ChunkWindows(dataset, agent_config, batch_keys=spec.batch_keys)
+
+
 def for_driver(driver: str) -> List[AgentSpec]:
     """The agents `driver` runs, its default agent (the one naming it first) first."""
     specs = [s for s in REGISTRY.values() if driver in s.drivers]

@@ -23,7 +23,6 @@ from evaluation import evaluate, make_eval_vector_env
 from log_utils import TimeSplit, write_json, write_video
 from runner import resume
 from runner.collector import episode_stats, make_collector, make_replay_buffer
-from runner.setup import window_source
 from utils import seeding
 from utils.datasets import Dataset
 from utils.flax_utils import save_agent
@@ -296,7 +295,7 @@ class SeedGroup:
                     run.train_dataset = Dataset(dict(first), rng=run.train_dataset.rng, stop_reward_at_mask_zero=stop)
                 else:
                     run.train_dataset = first
-                run.windows = window_source(run.train_dataset, run.agent.config)
+                run.windows = agents.window_source(run.train_dataset, run.agent.config)
 
     def sample_replay(self, utd: int) -> Dict:
         """`utd` batches per seed from its replay buffer: `(U, B, ...)` or `(S, U, B, ...)`."""

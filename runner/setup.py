@@ -26,7 +26,6 @@ from runner.cli import input_errors
 from runner.config import check_goal_conditioning
 from utils import seeding
 from utils.datasets import Dataset
-from utils.device_sampler import ChunkWindows
 from utils.startup import compilation_cache_dir, load_if_cached, use_compilation_cache
 
 
@@ -36,7 +35,7 @@ class Run:
 
     `agent` is fresh or resumed (`agent.config`: the resolved config); `env_data` the
     `envs.env_utils.EnvAndDatasets`; `train_dataset` the offline `Dataset` (its generator: the `dataset`
-    stream) and `windows` the agent's window source over it (`window_source`, rebuilt at each shard);
+    stream) and `windows` the agent's window source over it (`agents.window_source`, rebuilt at each shard);
     `chunk_length` the actions per policy call (`AgentSpec.chunk_length`); `example` one transition;
     `resume_meta` the state being continued (`--resume`), else None.
     """
@@ -54,16 +53,6 @@ class Run:
     resume_meta: Optional[Dict] = None
 
 
-def window_source(dataset: Dataset, agent_config):
-    """The source of the agent's offline batches over `dataset`: `AgentSpec.windows`, by default
-    `utils.device_sampler.ChunkWindows` (h-step windows, docs/batch_contract.md, with only the keys the
-    update reads)."""
-    spec = agents.get(agent_config["agent_name"])
-    if spec.windows is not None:
-        return spec.windows(dataset, agent_config)
-    return ChunkWindows(dataset, agent_config, batch_keys=spec.batch_keys)
-
-
 def restore_offline(run: Run, meta: Dict):
     """`run`'s agent, offline dataset shard and generator as the resumed state left them."""
     run.agent = meta["agent"]
@@ -75,7 +64,7 @@ def restore_offline(run: Run, meta: Dict):
             rng=run.train_dataset.rng,
             stop_reward_at_mask_zero=run.train_dataset.stop_reward_at_mask_zero,
         )
-        run.windows = window_source(run.train_dataset, run.agent.config)
+        run.windows = agents.window_source(run.train_dataset, run.agent.config)
     seeding.set_generator_state(run.train_dataset.rng, meta["dataset_rng"])
 
 
@@ -473,7 +462,7 @@ def warm_first_update(cfg, spec, row: Dict, shapes) -> bool:
     reuses. For one seed and k = 1 the loop's own jitted call (`seed_group.donating`) is also lowered and, when
     the compilation cache holds it, loaded (`load_if_cached`): its first step then runs at once. Nothing is
     compiled here (a bad input's error is not kept waiting): on a cold cache the first step compiles. The batch
-    is the agent's window source's (`window_source`, a private generator) over a stand-in dataset of `row`
+    is the agent's window source's (`agents.window_source`, a private generator) over a stand-in dataset of `row`
     (`observations (1, ob)`, `actions (1, A)` (, `oracle_reps (1, G)`) repeated into one trajectory, the other
     fields float32, as the loaders make them); only its shapes and dtypes are used, `shapes` are the agent's
     (`agent_initializer`). A first batch of other shapes or dtypes is traced anew, so no result can change.
@@ -491,7 +480,7 @@ def warm_first_update(cfg, spec, row: Dict, shapes) -> bool:
     if "oracle_reps" in row:
         stand_in["oracle_reps"] = np.repeat(row["oracle_reps"], rows, axis=0)
     try:
-        windows = window_source(Dataset.create(**stand_in, rng=np.random.default_rng(0)), cfg.agent)
+        windows = agents.window_source(Dataset.create(**stand_in, rng=np.random.default_rng(0)), cfg.agent)
         batch = windows.sample(int(cfg.agent["batch_size"]))
         batch = {k: batch[k] for k in spec.batch_keys}  # what the update is given (SeedGroup.update_fn)
         if cfg.num_seeds == 1 and cfg.updates_per_dispatch == 1:  # the loop's own jitted call, as it will run
@@ -540,7 +529,7 @@ def _setup_runs(cfg):
         flag = "--horizon_length" if cfg.horizon_length is not None else "the agent's window length"
         check_dataset_windows(first_dataset, cfg.window_length, what, flag)
         try:  # the agent's own batch source, built here: a window it cannot draw is found before any run starts
-            first_windows = window_source(first_dataset, cfg.agent)
+            first_windows = agents.window_source(first_dataset, cfg.agent)
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from None
         example = first_dataset.sample(1, idxs=np.zeros(1, dtype=int))
@@ -599,7 +588,7 @@ def _setup_runs(cfg):
                 agent=agent,
                 env_data=data,
                 train_dataset=dataset,
-                windows=first_windows if dataset is first_dataset else window_source(dataset, agent.config),
+                windows=first_windows if dataset is first_dataset else agents.window_source(dataset, agent.config),
                 run_dir=run_dir,
                 logger=logger,
                 action_dim=int(example["actions"].shape[-1]),

@@ -57,11 +57,20 @@ def test_runs_sharing_a_cache_at_once_equal_a_run_without_one(tmp_path):
 
 
 def _program(scale):
-    """A jitted function no other test compiles (`scale` makes it new to this process), and its input."""
+    """A jitted function no other test compiles (`scale` makes it new to this process; its cache entries are
+    named `jit_load_if_cached_probe-<key>`), and its input."""
     import jax
     import jax.numpy as jnp
 
-    return jax.jit(lambda x: jnp.tanh(x * scale) + scale), jnp.arange(6.0, dtype=jnp.float32).reshape(2, 3)
+    def load_if_cached_probe(x):
+        return jnp.tanh(x * scale) + scale
+
+    return jax.jit(load_if_cached_probe), jnp.arange(6.0, dtype=jnp.float32).reshape(2, 3)
+
+
+def _probe_entries(cache):
+    # Only this test's entries: other xdist workers write to the same folder meanwhile.
+    return {e for e in os.listdir(cache) if e.startswith("jit_load_if_cached_probe-")}
 
 
 def test_load_if_cached_loads_a_cached_program_and_never_compiles_one():
@@ -76,12 +85,12 @@ def test_load_if_cached_loads_a_cached_program_and_never_compiles_one():
     assert cache and os.path.isdir(cache)
     scale = np.float32(np.random.default_rng().uniform(3, 4))  # new each run: no entry from an earlier one
     fn, x = _program(scale)
-    before = set(os.listdir(cache))
+    before = _probe_entries(cache)
     assert load_if_cached(fn.lower(x)) is None  # not in the cache: nothing compiled, nothing written
-    assert set(os.listdir(cache)) == before
+    assert _probe_entries(cache) == before
     expected = np.tanh(np.asarray(x) * scale) + scale
     np.testing.assert_allclose(fn(x), expected, rtol=1e-6)  # the call compiles it (and writes the entry)
-    assert len(set(os.listdir(cache)) - before) == 1
+    assert len(_probe_entries(cache) - before) == 1
     # A new jit of the same function (a new process would see the same): its program is loaded from the entry.
     again, _ = _program(scale)
     loaded = load_if_cached(again.lower(x))
