@@ -483,7 +483,8 @@ def warm_first_update(cfg, spec, row: Dict, shapes) -> bool:
         windows = agents.window_source(Dataset.create(**stand_in, rng=np.random.default_rng(0)), cfg.agent)
         batch = windows.sample(int(cfg.agent["batch_size"]))
         batch = {k: batch[k] for k in spec.batch_keys}  # what the update is given (SeedGroup.update_fn)
-        if cfg.num_seeds == 1 and cfg.updates_per_dispatch == 1:  # the loop's own jitted call, as it will run
+        # One seed, k = 1: the loop calls SeedGroup.update_fn's jitted call (dispatch.OfflineSampler.update_fn).
+        if cfg.num_seeds == 1 and cfg.updates_per_dispatch == 1:
             load_if_cached(donating("update", None, donate_agent(cfg)).lower(shapes, batch))
         else:
             jax.eval_shape(lambda agent, batch: agent.update(batch), shapes, batch)
