@@ -244,7 +244,7 @@ def evaluate(
             `(*ob)` (goal-conditioned: also `goals=`; with `best_of_n` or `temperature`: also those); with
             `vector_env`, a JAX pytree whose `sample_actions` is traceable (see `evaluate_batched`).
         env: a gymnasium env whose final `info` carries `success` (and `episode` from
-            `envs.wrappers.EpisodeMonitor`); goal-conditioned: its reset takes `options={'task_id': t}` and
+            `envs.common.EpisodeMonitor`); goal-conditioned: its reset takes `options={'task_id': t}` and
             returns `info['goal']`.
         num_eval_episodes: episodes whose statistics are averaged (goal-conditioned: per task).
         num_video_episodes: further episodes whose frames are rendered (`env.render()`), always

@@ -21,7 +21,7 @@ Names (`parse_names`; comma-separated, duplicates dropped, order kept):
   `--ogbench_dataset_dir` takes. The 1B sets of the DQC paper (cube-octuple, puzzle-4x6; `UNHOSTED_DATASETS`) are
   not hosted: asking for one is an error that names the 100M set (a tenth of it) and the generator loop;
 - a robomimic env name (`lift-mh-low_dim`): `<robomimic_dir>/<task>/<type>/low_dim_v15.hdf5` from robomimic's
-  Hugging Face release, checked with `robomimic_utils.check_dataset_file` before it is put in place.
+  Hugging Face release, checked with `rm.check_dataset_file` before it is put in place.
 
 Files already in place are skipped (delete one to fetch it again). An interrupted or short download never leaves
 a file that looks complete: ogbench's downloader runs into a staging directory `<dataset_dir>/.<dataset>.download`
@@ -57,7 +57,9 @@ import zipfile
 import ogbench
 import ogbench.utils
 
-from envs import ogbench_utils, provenance, robomimic_utils
+from envs import ogbench as ogb
+from envs import provenance
+from envs import robomimic as rm
 from utils.files import existing_ancestor
 from utils.progress import progress as progress_bar
 from utils.startup import parse_absl_flags, quiet_startup
@@ -87,7 +89,7 @@ UNHOSTED_DATASETS = (
     "humanoidmaze-giant-navigate-1b-v0",
 )
 CUBE_QUADRUPLE_100M = "cube-quadruple-play-100m-v0"  # the QC paper's cube-quadruple data
-# What `--dqc_paper` fetches: the DQC paper's data per domain (`ogbench_utils.DQC_PAPER_DATA`), with the hosted
+# What `--dqc_paper` fetches: the DQC paper's data per domain (`ogb.DQC_PAPER_DATA`), with the hosted
 # 100M set in place of each 1B set (a tenth of it; the 1B sets can only be generated).
 DQC_PAPER_DOWNLOADS = (
     "cube-triple-play-100m-v0",
@@ -113,15 +115,15 @@ class Request:
 
 
 def _unhosted_error(name: str) -> str:
-    dataset, _ = ogbench_utils.parse_shard_set(name)
+    dataset, _ = ogb.parse_shard_set(name)
     hosted = name.replace("-1b-v0", "-100m-v0")
-    if ogbench_utils.parse_ogbench_name(dataset).expert_data:
+    if ogb.parse_ogbench_name(dataset).expert_data:
         make = (
             "generate it with OGBench's generate_locomaze.py and its expert policies (outside this project; "
             "horizon-reduction's README gives the commands)"
         )
     else:
-        make = f"generate it: {ogbench_utils.shard_generator_command(name)}"
+        make = f"generate it: {ogb.shard_generator_command(name)}"
     return (
         f"cannot download {name!r}: the 1B sets are not hosted (too large; the authors generate them). Download "
         f"the hosted 100M set instead ({hosted}, a tenth of it), or {make}."
@@ -150,20 +152,20 @@ def parse_names(names: str | list[str]) -> list[Request]:
             request = Request("shards", name)
         elif name in UNHOSTED_DATASETS:
             raise DownloadError(_unhosted_error(name))
-        elif robomimic_utils.is_robomimic_env(name):
+        elif rm.is_robomimic_env(name):
             request = Request("robomimic", name)
         else:
             try:
-                parsed = ogbench_utils.parse_ogbench_name(name)
+                parsed = ogb.parse_ogbench_name(name)
             except ValueError as e:
                 raise DownloadError(str(e)) from None
             if parsed is None or parsed.dataset_type is None:
                 raise DownloadError(
                     f"cannot download {name!r}: expected an OGBench training env name "
                     f"(e.g. cube-double-play-singletask-task2-v0, cube-triple-play-oraclerep-v0) or dataset name "
-                    f"(<domain>-<play|noisy>-v0, domains {', '.join(ogbench_utils.ALL_DOMAINS)}; humanoidmaze: "
+                    f"(<domain>-<play|noisy>-v0, domains {', '.join(ogb.ALL_DOMAINS)}; humanoidmaze: "
                     f"-navigate-), a large set ({', '.join(LARGE_DATASETS)}) "
-                    f"or a robomimic env name ({robomimic_utils.SUPPORTED_PATTERN})."
+                    f"or a robomimic env name ({rm.SUPPORTED_PATTERN})."
                 )
             if parsed.domain == "cube-octuple":
                 raise DownloadError(
@@ -181,7 +183,7 @@ def parse_names(names: str | list[str]) -> list[Request]:
 
 def shard_generator_command(name: str, dataset_dir: str) -> str:
     """A one-line shell loop that generates a large set's shards locally (seed = shard index)."""
-    return ogbench_utils.shard_generator_command(name, dataset_dir)
+    return ogb.shard_generator_command(name, dataset_dir)
 
 
 def offline_alternatives(requests: list[Request], dataset_dir: str, robomimic_dir: str) -> str:
@@ -190,10 +192,10 @@ def offline_alternatives(requests: list[Request], dataset_dir: str, robomimic_di
     parts = []
     robomimic = [r.name for r in requests if r.kind == "robomimic"]
     if robomimic:
-        files = ", ".join(robomimic_utils.default_dataset_path(n, robomimic_dir) for n in robomimic)
+        files = ", ".join(rm.default_dataset_path(n, robomimic_dir) for n in robomimic)
         parts.append(
             f"robomimic's files are human demonstrations and cannot be generated: copy {files} from a machine "
-            f"with network ({', '.join(robomimic_utils.download_url(n) for n in robomimic)})."
+            f"with network ({', '.join(rm.download_url(n) for n in robomimic)})."
         )
     expert = [r.name for r in requests if r.kind != "robomimic" and _is_expert_data(r.name)]
     if expert:
@@ -204,8 +206,8 @@ def offline_alternatives(requests: list[Request], dataset_dir: str, robomimic_di
     commands = []
     for r in requests:
         if r.kind == "ogbench" and r.name not in expert:
-            path = ogbench_utils.default_dataset_path(r.name, dataset_dir)
-            commands.append(ogbench_utils.generator_command(r.name, save_path=path))
+            path = ogb.default_dataset_path(r.name, dataset_dir)
+            commands.append(ogb.generator_command(r.name, save_path=path))
         elif r.kind == "shards" and r.name not in expert:
             commands.append(shard_generator_command(r.name, dataset_dir))
     if commands:
@@ -218,8 +220,8 @@ def offline_alternatives(requests: list[Request], dataset_dir: str, robomimic_di
 
 def _is_expert_data(name: str) -> bool:
     """A dataset or large set of a domain whose data come from expert policies (humanoidmaze)."""
-    shard_set = ogbench_utils.parse_shard_set(name)
-    parsed = ogbench_utils.parse_ogbench_name(shard_set[0] if shard_set else name)
+    shard_set = ogb.parse_shard_set(name)
+    parsed = ogb.parse_ogbench_name(shard_set[0] if shard_set else name)
     return parsed is not None and parsed.expert_data
 
 
@@ -430,26 +432,26 @@ def download_shards(
 
 
 def download_robomimic(
-    env_name: str, robomimic_dir: str, base_url: str = robomimic_utils.DOWNLOAD_BASE_URL, timeout: float = 60.0
+    env_name: str, robomimic_dir: str, base_url: str = rm.DOWNLOAD_BASE_URL, timeout: float = 60.0
 ) -> str:
     """robomimic's v1.5 low-dim file of `env_name` into `<robomimic_dir>/<task>/<type>/low_dim_v15.hdf5`.
 
-    The download is checked with `robomimic_utils.check_dataset_file` (task, robosuite 1.5, demo count, not
+    The download is checked with `rm.check_dataset_file` (task, robosuite 1.5, demo count, not
     truncated) before it is renamed into place.
 
     Raises:
         DownloadError, OSError, urllib.error.URLError: as `download_ogbench`.
     """
-    dest = robomimic_utils.default_dataset_path(env_name, robomimic_dir)
+    dest = rm.default_dataset_path(env_name, robomimic_dir)
     if os.path.exists(dest):
         print(f"{env_name}: already present at {dest}")
         return dest
     os.makedirs(os.path.dirname(dest), exist_ok=True)
-    url = robomimic_utils.download_url(env_name, base_url)
+    url = rm.download_url(env_name, base_url)
 
     def check(path):
         try:
-            robomimic_utils.check_dataset_file(path, env_name)
+            rm.check_dataset_file(path, env_name)
         except ValueError as e:
             raise DownloadError(f"the file downloaded from {url} fails the check: {e}") from e
 
@@ -459,10 +461,10 @@ def download_robomimic(
 
 def download(
     requests: list[Request],
-    dataset_dir: str = ogbench_utils.DEFAULT_DATASET_DIR,
-    robomimic_dir: str = robomimic_utils.DEFAULT_DATASET_DIR,
+    dataset_dir: str = ogb.DEFAULT_DATASET_DIR,
+    robomimic_dir: str = rm.DEFAULT_DATASET_DIR,
     ogbench_url: str = OGBENCH_URL,
-    robomimic_url: str = robomimic_utils.DOWNLOAD_BASE_URL,
+    robomimic_url: str = rm.DOWNLOAD_BASE_URL,
     connect_timeout: float = 5.0,
     read_timeout: float = 60.0,
     include_val_shards: bool = True,
@@ -546,13 +548,13 @@ def _define_flags():
         "Also download the DQC paper's data: " + ", ".join(DQC_PAPER_DOWNLOADS) + " (the 100M sets of cube-octuple "
         "and puzzle-4x6 stand in for the paper's 1B sets, which are not hosted).",
     )
-    flags.DEFINE_string("dataset_dir", ogbench_utils.DEFAULT_DATASET_DIR, "OGBench data directory.")
-    flags.DEFINE_string("robomimic_dir", robomimic_utils.DEFAULT_DATASET_DIR, "robomimic data root.")
+    flags.DEFINE_string("dataset_dir", ogb.DEFAULT_DATASET_DIR, "OGBench data directory.")
+    flags.DEFINE_string("robomimic_dir", rm.DEFAULT_DATASET_DIR, "robomimic data root.")
     flags.DEFINE_bool("include_val_shards", True, "Also fetch each shard's -val.npz (runs here never read them).")
     flags.DEFINE_float("connect_timeout", 5.0, "Seconds to wait for each host before giving up.")
     flags.DEFINE_float("read_timeout", 60.0, "Seconds without data before a transfer is abandoned.")
     flags.DEFINE_string("ogbench_url", OGBENCH_URL, "Base URL of the OGBench datasets (a mirror).")
-    flags.DEFINE_string("robomimic_url", robomimic_utils.DOWNLOAD_BASE_URL, "Base URL of robomimic's datasets.")
+    flags.DEFINE_string("robomimic_url", rm.DOWNLOAD_BASE_URL, "Base URL of robomimic's datasets.")
 
 
 def main(argv):

@@ -16,7 +16,7 @@ published procedure ('play' datasets; see docs/datasets.md, and OGBench's
   U(0.1, 0.5) (quadruple), U(0, 0.35) (octuple), 0.5 (scene; puzzle ignores it).
 - domains: cube-single/double/triple/quadruple/octuple, scene, puzzle-3x3/4x4/4x5/4x6 (OGBench's
   `commands.sh` and horizon-reduction's 1B commands use this one script for all of them; published counts
-  `ogbench_utils.PUBLISHED_NUM_EPISODES`: puzzle-4x4 1000, puzzle-4x5 3000, puzzle-4x6 5000, cube-octuple none
+  `ogbench.PUBLISHED_NUM_EPISODES`: puzzle-4x4 1000, puzzle-4x5 3000, puzzle-4x6 5000, cube-octuple none
   (only its 100M set, shards of 1000)). humanoidmaze data come from trained expert policies
   (`generate_locomaze.py` with OGBench's SAC experts), not oracles: refused with one line naming the download.
 - scene episodes whose cube leaves the table area (y >= 0.29, or y <= -0.3 outside the drawer's
@@ -25,7 +25,7 @@ published procedure ('play' datasets; see docs/datasets.md, and OGBench's
   row) and the simulator state of s_t: `qpos`, `qvel` (float32) and, for scene and puzzle,
   `button_states` (int64) -- what `ogbench.relabel_utils.relabel_dataset` needs. No reward, success
   or task is stored: loading relabels each transition for the run's task and success timing
-  (`envs.ogbench_utils`), so one file serves every task and both timings.
+  (`envs.ogbench`), so one file serves every task and both timings.
 - `<save_path>` gets `num_episodes` episodes, `<save_path stem>-val.npz` a further 10% (at least 1;
   training does not need it).
 
@@ -94,16 +94,18 @@ import time
 import zipfile
 from collections.abc import Iterator
 
-import gymnasium
 import numpy as np
 
-from envs.ogbench_utils import (
+from envs.common import val_path_for
+from envs.ogbench import (
     DATASET_TYPES,
+    EXPERT_DATASET_TYPES,
     PUBLISHED_NUM_EPISODES,
     OGBenchName,
     default_dataset_path,
-    resolve_dataset_name,
-    val_path_for,
+    download_command,
+    make,
+    parse_ogbench_name,
 )
 from envs.provenance import GENERATOR_METADATA_KEY, encode_generator_metadata
 from utils.files import existing_ancestor
@@ -112,6 +114,36 @@ from utils.startup import parse_absl_flags, quiet_startup
 
 # Bump when a seed would no longer give the same draws (a change in the procedure or its defaults).
 GENERATOR_VERSION = 2  # 2: per-episode random streams (`episode_streams`); 1: one sequential stream
+
+
+def expert_data_error(dataset_name: str) -> str:
+    """One line: why an expert-policy dataset (humanoidmaze) cannot be generated, and the download command."""
+    return (
+        f"{dataset_name} is collected by trained expert policies (OGBench's generate_locomaze.py with its SAC "
+        f"experts), not by scripted oracles, so it cannot be generated here; download it: "
+        f"{download_command(dataset_name)}"
+    )
+
+
+def resolve_dataset_name(env_name: str, dataset_type: str | None = None) -> OGBenchName:
+    """The dataset to generate (`OGBenchName`, `domain` and `dataset_type` set) for a dataset name, a training
+    env name or `<domain>-v0`; `dataset_type` ('play' or 'noisy') defaults to the name's, else 'play'.
+    `ValueError` for an unknown name or type, a type that contradicts the name, or expert data (humanoidmaze:
+    the download command)."""
+    name = parse_ogbench_name(env_name)
+    if name is None:
+        raise ValueError(
+            f"Cannot generate a dataset for {env_name!r}: expected <domain>-<type>-v0 (e.g. "
+            f"cube-single-play-v0), a training env name, or <domain>-v0 with --dataset_type; "
+            f"domains {sorted(PUBLISHED_NUM_EPISODES)}, types {DATASET_TYPES}."
+        )
+    if name.expert_data:
+        raise ValueError(expert_data_error(OGBenchName(name.domain, EXPERT_DATASET_TYPES[0]).dataset_name))
+    if dataset_type is not None and dataset_type not in DATASET_TYPES:
+        raise ValueError(f"dataset_type must be one of {DATASET_TYPES}, got {dataset_type!r}.")
+    if name.dataset_type is not None and dataset_type is not None and dataset_type != name.dataset_type:
+        raise ValueError(f"{env_name!r} names a {name.dataset_type!r} dataset but dataset_type={dataset_type!r}.")
+    return OGBenchName(name.domain, name.dataset_type or dataset_type or "play")
 
 
 def _p_stack(domain: str, rng: np.random.Generator) -> float:
@@ -289,7 +321,7 @@ class _EpisodeMaker:
 
     def __init__(self, settings: _Settings):
         self.settings = settings
-        self.env = gymnasium.make(
+        self.env = make(
             settings.name.collection_env_id,
             terminate_at_goal=False,
             mode="data_collection",

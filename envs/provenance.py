@@ -1,6 +1,6 @@
 """Where a run's dataset files came from: path, size, sha256 and source, recorded in `flags.json`.
 
-`envs.env_utils.make_env_and_datasets` puts one record per file it uses into
+Each family's `load` puts one record per file it uses into
 `EnvAndDatasets.metadata['datasets']` (the training file, or every shard in cycling order, and the `-val` file
 when it was loaded). An OGBench record (`npz_provenance`):
 

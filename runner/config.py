@@ -10,6 +10,7 @@ from typing import Dict, List, Optional
 from absl import logging
 
 import agents
+import envs
 from agents import common
 from runner import methods
 from runner.cli import DRIVER_ONLY_FLAGS, InputError, input_errors, parse_flags
@@ -109,8 +110,6 @@ class RunConfig:
             sources = {}
             if values.get("method") is not None:
                 sources = _apply_method(driver, flag_values, values, config)
-            from envs.env_utils import warn_if_dense_on_sparse_domain
-
             warn_if_dense_on_sparse_domain(values["env_name"], values["sparse"])
             run_config = cls(driver, values, config, sources)
             run_config.validate()
@@ -168,11 +167,9 @@ class RunConfig:
         if self.driver not in spec.drivers:
             runs = " or ".join(f"{d}.py" for d in spec.drivers)
             raise ValueError(f"--agent.agent_name={spec.name!r} runs with {runs}, not {self.driver}.py.")
-        from envs.env_utils import is_goal_conditioned_env
-
         # From the env's name, before its data is loaded: the data's own checks (--sparse on a goal env, a missing
         # file) would otherwise come first, and fixing them would lead to this error.
-        check_goal_conditioning(spec, is_goal_conditioned_env(self.env_name), self.env_name)
+        check_goal_conditioning(spec, envs.parse(self.env_name).goal_conditioned, self.env_name)
         # A run that can never take a gradient step is a mistake, not a result. Online updates start at
         # step max(start_training, 1), and main_online.py's also wait until the replay buffer holds one
         # window (h rows, one per step) unless every row comes from the offline data.
@@ -312,6 +309,24 @@ def _check_agent_flags(spec, driver: str, flag_values, values: Dict, config: Dic
         raise ValueError(f"--agent.agent_name={spec.name!r} runs with {runs}, not {driver}.py.{also}")
     if wrong:
         raise ValueError(" ".join(wrong))
+
+
+def warn_if_dense_on_sparse_domain(env_name: str, sparse: bool) -> bool:
+    """Log a warning when the papers train `env_name` with `--sparse=True` (`Family.sparse_default`: scene and
+    puzzle) and this run does not. Returns whether it warned; an unknown name is left to `envs.parse`'s error."""
+    try:
+        name = envs.parse(env_name)
+    except ValueError:
+        return False
+    if sparse or not envs.family(name).sparse_default(name):
+        return False
+    logging.warning(
+        "%s: the paper trains %s tasks with sparse rewards (--sparse=True, r -> -(r != 0)); this run uses the dense "
+        "rewards, so its numbers are not comparable to the paper's.",
+        env_name,
+        name.domain.split("-")[0],
+    )
+    return True
 
 
 def check_goal_conditioning(spec, goal_env: bool, env_name: str):

@@ -6,10 +6,10 @@ values, `note` says so), and `resolve` fills what the user did not pass. An expl
 turns the run into another method (the agent's `method_of`): that is a `ValueError` naming both.
 """
 
-import re
 from typing import Dict, List, Optional, Tuple
 
 import agents
+import envs
 from agents.common import AgentSpec, Method
 
 DRIVER_FILES = {"main": "main.py", "main_online": "main_online.py"}
@@ -17,12 +17,6 @@ DRIVER_FILES = {"main": "main.py", "main_online": "main_online.py"}
 BORROWED_DOMAINS = {"cube-single": "cube-double"}
 # Data types the papers ran (OGBench 'play'/'navigate', robomimic multi-human); others get a note.
 PAPER_DATA = {"noisy": "play", "ph": "mh"}
-
-_OGBENCH_RE = re.compile(
-    r"^(?P<domain>[a-z0-9]+(?:-[a-z0-9]+)*?)-(?P<type>play|noisy|navigate|stitch|explore)"
-    r"(?:-singletask(?:-task\d+)?|-oraclerep)?-v0$"
-)
-_ROBOMIMIC_RE = re.compile(r"^(?P<domain>[a-z_]+)-(?P<type>mh|ph)-low_dim$")
 
 
 def method_names(driver: str) -> List[str]:
@@ -60,11 +54,14 @@ def _all_domains() -> List[str]:
 
 
 def _parse(env_name: str) -> Tuple[str, str]:
+    """`(domain, dataset type)` of `env_name` (`envs.parse`) where a paper method has values for the domain."""
     known = {d for spec in agents.REGISTRY.values() for m in spec.methods.values() for d in m.per_domain}
-    for pattern in (_OGBENCH_RE, _ROBOMIMIC_RE):
-        m = pattern.match(env_name)
-        if m and (m["domain"] in known or m["domain"] in _borrowed()):
-            return m["domain"], m["type"]
+    try:
+        name = envs.parse(env_name)
+    except ValueError:
+        name = None
+    if name is not None and (name.domain in known or name.domain in _borrowed()):
+        return name.domain, name.dataset_type
     raise ValueError(
         f"no paper settings for --env_name={env_name}: its domain is not one of the papers' tables "
         f"({', '.join(_all_domains())})."

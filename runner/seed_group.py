@@ -109,8 +109,7 @@ def donating(method: str, mode: Optional[str] = None, donate: bool = True):
     (`donate_argnums=0`; `donate=False`: not): XLA writes the new parameters, optimizer states and targets into
     the old agent's buffers, so a device holds one agent, not two. The loop rebinds its agent; the one passed in
     is deleted. `mode`: None for one seed, else `per_seed`'s (stacked agents for `vmap`, a tuple for `map`). One
-    jitted function per arguments (cached): setup's warm-up (`runner.setup.warm_first_update`) lowers the one the
-    loop calls."""
+    jitted function per arguments (cached)."""
 
     def call(agent, batch):
         return getattr(agent, method)(batch)

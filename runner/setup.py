@@ -1,32 +1,31 @@
 """Everything a run builds before its loop: one `Run` per seed (`setup_runs`) and the checks of its inputs.
 
-`setup_runs` loads the env and the offline data once, checks them (rows, windows, shapes, memory,
-rendering), creates each seed's agent, resumes from a run state with `--resume` (`runner.resume`)
-and writes each seed's run directory (`flags.json`, CSV/wandb logger). Every bad input raises
-`runner.cli.InputError` before training starts.
+`setup_runs`, in order: the compilation cache; the size and resume checks; `envs.parse` of the env name; the
+family's `load` of the envs and offline data (once); the checks on the data, windows, goals, shapes, memory and
+rendering; the agent's program made once and created per seed; the envs of each seed; with `--resume`, the run
+states (`runner.resume`); only then each seed's run directory (`flags.json`) and logger. Every bad input raises
+`runner.cli.InputError` before any folder is written.
 """
 
-import concurrent.futures
 import dataclasses
-import hashlib
 import json
 import os
 import re
 import shutil
-import tempfile
 from typing import Dict, List, Optional
 
 import numpy as np
 from absl import logging
 
 import agents
+import envs
 from log_utils import Logger, get_exp_name, make_run_dir, setup_wandb, write_json
 from runner import resume
 from runner.cli import input_errors
 from runner.config import check_goal_conditioning
 from utils import seeding
 from utils.datasets import Dataset
-from utils.startup import compilation_cache_dir, load_if_cached, use_compilation_cache
+from utils.startup import compilation_cache_dir, use_compilation_cache
 
 
 @dataclasses.dataclass
@@ -34,7 +33,7 @@ class Run:
     """What `setup_runs` builds for one seed; the loop's work on it is `runner.seed_group.SeedGroup`'s.
 
     `agent` is fresh or resumed (`agent.config`: the resolved config); `env_data` the
-    `envs.env_utils.EnvAndDatasets`; `train_dataset` the offline `Dataset` (its generator: the `dataset`
+    `envs.common.EnvAndDatasets`; `train_dataset` the offline `Dataset` (its generator: the `dataset`
     stream) and `windows` the agent's window source over it (`agents.window_source`, rebuilt at each shard);
     `chunk_length` the actions per policy call (`AgentSpec.chunk_length`); `example` one transition;
     `resume_meta` the state being continued (`--resume`), else None.
@@ -110,10 +109,6 @@ def check_dataset_fits_env(dataset: Dataset, env, env_name: str, what: str = "th
             )
 
 
-# Memory of one OGBench manipulation env (MuJoCo model with meshes and textures, its IK model), measured here.
-ENV_BYTES = 170 * 2**20
-
-
 def machine_memory() -> Optional[int]:
     """Bytes of physical memory, or None where the OS cannot tell."""
     try:
@@ -136,8 +131,9 @@ def _raise_if_too_big(what: Dict[str, int], flag_hint: str):
 def check_sizes(cfg):
     """Before anything is built: `ValueError` when the envs alone of `--num_seeds` and `--eval_envs` cannot fit."""
     eval_envs = min(cfg.eval_envs, cfg.eval_episodes) if cfg.eval_envs > 1 else 0
-    what = {f"{2 * cfg.num_seeds} training and evaluation envs": 2 * cfg.num_seeds * ENV_BYTES}
-    what[f"{eval_envs} batched evaluation envs"] = eval_envs * ENV_BYTES
+    env_bytes = envs.family(cfg.env_name).env_bytes
+    what = {f"{2 * cfg.num_seeds} training and evaluation envs": 2 * cfg.num_seeds * env_bytes}
+    what[f"{eval_envs} batched evaluation envs"] = eval_envs * env_bytes
     _raise_if_too_big(what, f"--num_seeds={cfg.num_seeds} --eval_envs={cfg.eval_envs}")
 
 
@@ -176,7 +172,7 @@ def check_memory(cfg, dataset: Dataset, example: Dict, shapes=None):
         rows = max(cfg.buffer_size, dataset.size + 1) if cfg.driver == "main" else cfg.buffer_size
     window = cfg.window_length  # rows per window (SPEC.window_length)
     batch = cfg.agent.get("batch_size", 1) * max(cfg.utd_ratio, 1) * window * row_bytes
-    s = cfg.num_seeds
+    s, env_bytes = cfg.num_seeds, envs.family(cfg.env_name).env_bytes
     eval_envs = min(cfg.eval_envs, cfg.eval_episodes) if cfg.eval_envs > 1 else 0
     # Each part with the flags that set its size: the error names those of the largest part.
     parts = [
@@ -188,8 +184,8 @@ def check_memory(cfg, dataset: Dataset, example: Dict, shapes=None):
             f"--agent.batch_size={cfg.agent.get('batch_size')} --utd_ratio={cfg.utd_ratio} "
             + (f"--horizon_length={window}" if cfg.horizon_length is not None else f"(window of {window} rows)"),
         ),
-        (f"{2 * s} envs", 2 * s * ENV_BYTES, ""),
-        (f"{eval_envs} evaluation envs", eval_envs * ENV_BYTES, f"--eval_envs={cfg.eval_envs}"),
+        (f"{2 * s} envs", 2 * s * env_bytes, ""),
+        (f"{eval_envs} evaluation envs", eval_envs * env_bytes, f"--eval_envs={cfg.eval_envs}"),
     ]
     largest = max(parts, key=lambda part: part[1])[2]
     hint = " ".join(([f"--num_seeds={s}"] if s > 1 else []) + ([largest] if largest else []))
@@ -197,15 +193,12 @@ def check_memory(cfg, dataset: Dataset, example: Dict, shapes=None):
 
 
 def check_rendering(env_name: str, env) -> None:
-    """`ValueError` unless `env` can render a frame (needed for `--video_episodes`).
-
-    Robomimic envs are built without a renderer; MuJoCo envs need a headless OpenGL backend.
-    """
-    from envs.env_utils import is_robomimic_env
-
-    if is_robomimic_env(env_name):
+    """`ValueError` unless `env` can render a frame (needed for `--video_episodes`): its family's envs render
+    (`Family.renders`; robomimic's are built without a renderer) and MuJoCo has a headless OpenGL backend."""
+    family = envs.family(env_name)
+    if not family.renders:
         raise ValueError(
-            f"--video_episodes: robomimic envs ({env_name}) are built without a renderer; pass --video_episodes=0."
+            f"--video_episodes: {family.name} envs ({env_name}) are built without a renderer; pass --video_episodes=0."
         )
     try:
         frame = env.render()
@@ -333,20 +326,20 @@ def seed_configs(cfg) -> List:
     return configs
 
 
-def _load_env_and_data(cfg):
-    """`envs.env_utils.make_env_and_datasets` for `cfg`, a MuJoCo rendering failure reported with its fix."""
-    from envs.env_utils import make_env_and_datasets
-
+def load_env_and_data(cfg, name: envs.EnvName):
+    """The family's `load` of `name` with `cfg`'s data flags, a MuJoCo rendering failure reported with its fix."""
     try:
-        return make_env_and_datasets(
-            cfg.env_name,
-            dataset_path=cfg.dataset_path,
-            dataset_dir=cfg.ogbench_dataset_dir,
-            dataset_proportion=cfg.dataset_proportion,
-            sparse=cfg.sparse,
-            seed=cfg.seed,
-            success_timing=cfg.success_timing,
-            dataset_success_timing=cfg.dataset_success_timing,
+        return envs.family(name).load(
+            name,
+            envs.DataOptions(
+                dataset_path=cfg.dataset_path,
+                dataset_dir=cfg.ogbench_dataset_dir,
+                dataset_proportion=cfg.dataset_proportion,
+                sparse=cfg.sparse,
+                seed=cfg.seed,
+                success_timing=cfg.success_timing,
+                dataset_success_timing=cfg.dataset_success_timing,
+            ),
         )
     except (AttributeError, RuntimeError) as e:
         if "MUJOCO_GL" not in os.environ:
@@ -357,152 +350,22 @@ def _load_env_and_data(cfg):
         ) from e
 
 
-# The fields of a run's example that `agent_initializer` creates the agent from: what an early agent's row must equal.
-ROW_KEYS = ("observations", "actions", "oracle_reps")
-
-
-def _is_goal_run(cfg, spec) -> bool:
-    from envs import ogbench_utils
-
-    return spec.goal_conditioned or ogbench_utils.is_oraclerep_env(cfg.env_name)
-
-
-def _first_row_record(cfg) -> Optional[str]:
-    """Where a goal-conditioned OGBench run keeps its data's row 0 for the next start of the same data:
-    `<compilation cache>/qc_first_rows/<key>.npz`, the key a hash of the env name and the training file's path,
-    size and modification time. None without a compilation cache; `OSError`, `ValueError` for a file that is not
-    there (loading it reports why)."""
-    from envs import ogbench_utils
-
-    folder = compilation_cache_dir(cfg.compilation_cache_dir)
-    if folder is None:
-        return None
-    path = os.path.abspath(ogbench_utils.resolve_dataset_paths(cfg.env_name, cfg.dataset_path,
-                                                                cfg.ogbench_dataset_dir)[0])  # fmt: skip
-    stat = os.stat(path)
-    key = json.dumps([cfg.env_name, path, stat.st_size, stat.st_mtime_ns])
-    return os.path.join(folder, "qc_first_rows", hashlib.sha256(key.encode()).hexdigest()[:32] + ".npz")
-
-
-def _keep_first_row(cfg, spec, example: Dict):
-    """Write `example`'s `observations (1, ob)`, `actions (1, A)` (, `oracle_reps (1, G)`) to `_first_row_record`
-    for a goal-conditioned run, whose row 0 needs the env's oracle representation and so cannot be read from the
-    file's head: the next start creates its agent from it while the env builds, and keeps it only when the row is
-    still the loaded data's. Written whole or not at all (a new file, then renamed); a folder that cannot be
-    written is no record."""
-    if not _is_goal_run(cfg, spec):
-        return
-    row = {k: np.asarray(example[k]) for k in ROW_KEYS if k in example}
-    tmp = None
-    try:
-        record = _first_row_record(cfg)
-        if record is None:
-            return
-        os.makedirs(os.path.dirname(record), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(record), suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **row)
-        os.replace(tmp, record)
-    except (OSError, ValueError):
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _first_transition(cfg, spec) -> Optional[Dict]:
-    """Row 0 of an OGBench run's data before it loads, or None (another kind of env or data, a file that cannot
-    be read: loading it reports why). A single-task file's `observations (1, ob)`, `actions (1, A)` are read from
-    its head (`ogbench_utils.first_transition`); a goal-conditioned run's, with `oracle_reps (1, G)`, from the
-    record an earlier start of the same data left (`_keep_first_row`)."""
-    from envs import ogbench_utils
-
-    try:
-        if not _is_goal_run(cfg, spec):
-            path = ogbench_utils.resolve_dataset_paths(cfg.env_name, cfg.dataset_path, cfg.ogbench_dataset_dir)[0]
-            return ogbench_utils.first_transition(path)
-        record = _first_row_record(cfg)
-        if record is None or not os.path.isfile(record):
-            return None
-        with np.load(record, allow_pickle=False) as f:
-            row = {k: f[k] for k in ROW_KEYS if k in f.files}
-    except Exception:  # noqa: BLE001 - no row to start from: the agent is created after the load, as without one
-        return None
-    ok = {"observations", "actions"} <= set(row) and all(v.ndim == 2 and len(v) == 1 for v in row.values())
-    return row if ok else None
-
-
-def _env_data_and_agent(cfg, spec):
-    """`(env_data, (row 0, (init, shapes)) or None)`. An OGBench run's env and data load on a thread while this one
-    makes the agent's key (JAX's first programs) and, given the data's row 0 (`_first_transition`: a single-task
-    file's head, a goal-conditioned run's record), traces, lowers and loads (or compiles) the agent's program
-    from it, then makes main.py's first update ready (`warm_first_update`): `_setup_runs` keeps the agent when
-    that row is the loaded dataset's row 0. An error in creating the agent is left for `_setup_runs` to raise
-    again, after the data's own errors. Other envs (robomimic: its simulator stays on the main thread) load here."""
-    from envs import ogbench_utils
-
-    if not (ogbench_utils.is_ogbench_env(cfg.env_name) or ogbench_utils.is_oraclerep_env(cfg.env_name)):
-        return _load_env_and_data(cfg), None
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="env-data")
-    loading = pool.submit(_load_env_and_data, cfg)
-    pool.shutdown(wait=False)
-    key, early, agent = seeding.jax_key(cfg.seed, "agent"), _first_transition(cfg, spec), None
-    if early is not None:
-        try:
-            agent = (early, agent_initializer(spec, cfg.agent, early, key))
-        except Exception:  # noqa: BLE001 - raised again by the same call in _setup_runs, in its place
-            agent = None
-    failed = loading.done() and loading.exception() is not None  # its error comes first
-    if agent is not None and cfg.driver == "main" and cfg.offline_steps > 0 and not failed:
-        warm_first_update(cfg, spec, early, agent[1][1])
-    return loading.result(), agent
-
-
-def warm_first_update(cfg, spec, row: Dict, shapes) -> bool:
-    """Make main.py's first offline update before its batch exists, while the env builds. JAX keeps the trace of
-    the agent's jitted `_update`, which the first step, with any `--num_seeds` or `--updates_per_dispatch`,
-    reuses. For one seed and k = 1 the loop's own jitted call (`seed_group.donating`) is also lowered and, when
-    the compilation cache holds it, loaded (`load_if_cached`): its first step then runs at once. Nothing is
-    compiled here (a bad input's error is not kept waiting): on a cold cache the first step compiles. The batch
-    is the agent's window source's (`agents.window_source`, a private generator) over a stand-in dataset of `row`
-    (`observations (1, ob)`, `actions (1, A)` (, `oracle_reps (1, G)`) repeated into one trajectory, the other
-    fields float32, as the loaders make them); only its shapes and dtypes are used, `shapes` are the agent's
-    (`agent_initializer`). A first batch of other shapes or dtypes is traced anew, so no result can change.
-    Returns whether it ran: an agent or window source that cannot do it here fails, if at all, in its real
-    call."""
-    import jax
-
-    from runner.seed_group import donate_agent, donating
-
-    rows = max(int(cfg.window_length), 1) + 1
-    obs, actions = np.repeat(row["observations"], rows, axis=0), np.repeat(row["actions"], rows, axis=0)
-    floats, ends = np.zeros(rows, np.float32), (np.arange(rows) == rows - 1).astype(np.float32)
-    stand_in = dict(observations=obs, next_observations=obs, actions=actions, rewards=floats, terminals=ends,
-                    masks=floats + 1)  # fmt: skip
-    if "oracle_reps" in row:
-        stand_in["oracle_reps"] = np.repeat(row["oracle_reps"], rows, axis=0)
-    try:
-        windows = agents.window_source(Dataset.create(**stand_in, rng=np.random.default_rng(0)), cfg.agent)
-        batch = windows.sample(int(cfg.agent["batch_size"]))
-        batch = {k: batch[k] for k in spec.batch_keys}  # what the update is given (SeedGroup.update_fn)
-        # One seed, k = 1: the loop calls SeedGroup.update_fn's jitted call (dispatch.OfflineSampler.update_fn).
-        if cfg.num_seeds == 1 and cfg.updates_per_dispatch == 1:
-            load_if_cached(donating("update", None, donate_agent(cfg)).lower(shapes, batch))
-        else:
-            jax.eval_shape(lambda agent, batch: agent.update(batch), shapes, batch)
-    except Exception:  # noqa: BLE001 - a warm-up only: the real update traces (and raises) on its own
-        return False
-    return True
-
-
-def _same_array(a, b) -> bool:
-    a, b = np.asarray(a), np.asarray(b)
-    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+def _log_data(env_data) -> str:
+    """Log the training files (what a user compares across machines: the data, not only the arithmetic); returns
+    how errors name the data."""
+    records = [d for d in env_data.metadata.get("datasets", []) if d.get("role", "train") == "train"]
+    for d in records[:3]:
+        logging.info("Data: %s (%s, %s bytes, sha256 %s)", d.get("path"), d.get("source"), d.get("size_bytes"),
+                     d.get("sha256"))  # fmt: skip
+    if len(records) > 3:
+        logging.info("Data: %d more shard(s); every file is recorded in flags.json.", len(records) - 3)
+    return f"dataset {records[0]['path']}" if records else "the offline dataset"
 
 
 def _setup_runs(cfg):
     """`setup_runs` itself: `(runs, seed group record or None)`."""
-    from envs.env_utils import envs_for_seed
-
     with input_errors():
+        name = envs.parse(cfg.env_name)
         check_sizes(cfg)
         configs = seed_configs(cfg)
         records = resume.check_runs(configs) if cfg.resume else [None] * len(configs)
@@ -510,14 +373,9 @@ def _setup_runs(cfg):
         if not cfg.resume and taken:  # before any seed's directory is made: a group is created whole or not at all
             raise ValueError(_taken(cfg.run_name, taken))
         spec = agents.get(cfg.agent["agent_name"])
-        env_data, early_agent = _env_data_and_agent(cfg, spec)
-        data_records = [d for d in env_data.metadata.get("datasets", []) if d.get("role", "train") == "train"]
-        for d in data_records[:3]:  # what a user compares across machines: the data, not only the arithmetic
-            logging.info("Data: %s (%s, %s bytes, sha256 %s)", d.get("path"), d.get("source"), d.get("size_bytes"),
-                         d.get("sha256"))  # fmt: skip
-        if len(data_records) > 3:
-            logging.info("Data: %d more shard(s); every file is recorded in flags.json.", len(data_records) - 3)
-        what = f"dataset {data_records[0]['path']}" if data_records else "the offline dataset"
+
+        env_data = load_env_and_data(cfg, name)
+        what = _log_data(env_data)
         try:
             first_dataset = Dataset.create(
                 **env_data.train_dataset,
@@ -526,7 +384,7 @@ def _setup_runs(cfg):
             )
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from e
-        check_goal_conditioning(spec, bool(getattr(env_data, "goal_conditioned", False)), cfg.env_name)
+        check_goal_conditioning(spec, env_data.goal_conditioned, cfg.env_name)
         flag = "--horizon_length" if cfg.horizon_length is not None else "the agent's window length"
         check_dataset_windows(first_dataset, cfg.window_length, what, flag)
         try:  # the agent's own batch source, built here: a window it cannot draw is found before any run starts
@@ -534,35 +392,21 @@ def _setup_runs(cfg):
         except ValueError as e:
             raise ValueError(f"{what}: {e}") from None
         example = first_dataset.sample(1, idxs=np.zeros(1, dtype=int))
-        made_from = [k for k in ROW_KEYS if k in example]
-        if (
-            early_agent is not None
-            and set(early_agent[0]) == set(made_from)
-            and all(_same_array(example[k], early_agent[0][k]) for k in made_from)
-        ):
-            init_agent, agent_shapes = early_agent[1]
-        else:
-            init_agent, agent_shapes = agent_initializer(spec, cfg.agent, example, seeding.jax_key(cfg.seed, "agent"))
-            _keep_first_row(cfg, spec, example)
+        init_agent, agent_shapes = agent_initializer(spec, cfg.agent, example, seeding.jax_key(cfg.seed, "agent"))
         check_memory(cfg, first_dataset, example, agent_shapes)
         check_dataset_fits_env(first_dataset, env_data.env, cfg.env_name, what)
         if cfg.video_episodes > 0:
             check_rendering(cfg.env_name, env_data.eval_env)
-        env_datas, datasets, agents_ = [], [], []
-        for c in configs:
-            if c is configs[0]:
-                env_datas.append(env_data)
-                datasets.append(first_dataset)
-            else:
-                env_datas.append(envs_for_seed(env_data, c.env_name, c.seed, c.success_timing))
-                datasets.append(
-                    Dataset(
-                        dict(first_dataset),
-                        rng=seeding.numpy_rng(c.seed, "dataset"),
-                        stop_reward_at_mask_zero=cfg.stop_reward_at_mask_zero,
-                    )
-                )
-            agents_.append(init_agent(seeding.jax_key(c.seed, "agent")))
+
+        # Per seed: its envs, its dataset generator over the shared rows, its agent.
+        family = envs.family(name)
+        env_datas = [env_data] + [family.envs_for_seed(env_data, name, c.seed) for c in configs[1:]]
+        datasets = [first_dataset] + [
+            Dataset(dict(first_dataset), rng=seeding.numpy_rng(c.seed, "dataset"),
+                    stop_reward_at_mask_zero=cfg.stop_reward_at_mask_zero)
+            for c in configs[1:]
+        ]  # fmt: skip
+        agents_ = [init_agent(seeding.jax_key(c.seed, "agent")) for c in configs]
         histories = [
             resume.check_datasets(resume.run_dir_of(c), r, data.metadata.get("datasets", []), cfg.accept_changed_data)
             for c, r, data in zip(configs, records, env_datas, strict=True)
@@ -575,6 +419,8 @@ def _setup_runs(cfg):
         metas = [None] * len(configs)
         if cfg.resume and any(r is not None for r in records):
             metas = resume.group_resume_states(configs, agents_, datasets)
+
+        # Every check passed: the run folders and loggers.
         group = None
         if len(configs) > 1:
             group = {"first_seed": cfg.seed, "num_seeds": cfg.num_seeds, "seeds": [c.seed for c in configs]}

@@ -550,9 +550,9 @@ def section_eval(args, rows):
 
     import evaluation
     from agents import acfql
-    from envs import env_utils
+    from envs.ogbench import make_eval_env
 
-    make_env = functools.partial(env_utils.make_eval_env, ENV_NAME)
+    make_env = functools.partial(make_eval_env, ENV_NAME)
     env = make_env()
     observation, _ = env.reset(seed=0)
     config = _config(acfql, args)

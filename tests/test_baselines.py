@@ -343,7 +343,7 @@ def test_evaluation_acts_with_eval_temperature(tmp_path):
     to one that does not); the sequential and the lockstep evaluations pass the same value."""
     from types import SimpleNamespace
 
-    from envs.env_utils import make_eval_env
+    from envs.ogbench import make_eval_env
     from evaluation import evaluate, make_eval_vector_env
     from log_utils import Logger
     from runner.seed_group import evaluate_and_log

@@ -24,9 +24,10 @@ import numpy as np
 import ogbench
 import pytest
 
+import envs
+from envs import common, provenance
 from envs import download_datasets as dl
-from envs import env_utils, ogbench_utils, provenance
-from envs import robomimic_utils as ru
+from envs import robomimic as ru
 from envs.download_datasets import DownloadError, Request, parse_names
 from envs.generate_dataset import generate_dataset
 from tests.test_robomimic import DEMOS, FakeRobosuiteEnv, write_release_like_file, write_robomimic_file
@@ -83,7 +84,7 @@ def test_generated_file_records_its_settings_and_hash(generated):
     assert record["seed"] == 7 and record["num_episodes"] == 3 and record["dataset_type"] == "play"
     assert record["num_val_episodes"] == 1 and record["split"] == "train"
     assert record["generator_version"] == 2 and record["ogbench_version"] == importlib.metadata.version("ogbench")
-    val = provenance.npz_provenance(ogbench_utils.val_path_for(generated), role="val")
+    val = provenance.npz_provenance(common.val_path_for(generated), role="val")
     assert (val["role"], val["split"], val["num_episodes"], val["seed"]) == ("val", "val", 1, 7)
     json.dumps(record)  # goes into flags.json as is
     assert provenance.npz_provenance(generated, compute_hash=False)["sha256"] is None
@@ -116,13 +117,13 @@ def test_file_without_metadata_in_another_layout_is_unknown(generated, tmp_path)
 
 
 def test_a_run_records_the_training_file(generated, tmp_path):
-    out = env_utils.make_env_and_datasets(CUBE_ENV, dataset_path=generated, load_val=True)
+    out = envs.make_env_and_datasets(CUBE_ENV, dataset_path=generated, load_val=True)
     (train, val) = out.metadata["datasets"]
     assert train == provenance.npz_provenance(generated)
-    assert val["role"] == "val" and val["path"] == os.path.abspath(ogbench_utils.val_path_for(generated))
+    assert val["role"] == "val" and val["path"] == os.path.abspath(common.val_path_for(generated))
     assert out.metadata["task_id"] == 1  # the other metadata is still there
     json.dumps(out.metadata)
-    out = env_utils.make_env_and_datasets(CUBE_ENV, dataset_path=generated, hash_datasets=False)
+    out = envs.make_env_and_datasets(CUBE_ENV, dataset_path=generated, hash_datasets=False)
     assert [d["sha256"] for d in out.metadata["datasets"]] == [None]
 
 
@@ -136,7 +137,7 @@ def test_every_shard_gets_an_entry(generated, tmp_path):
     )
     with open(generated, "rb") as src, open(paths[2], "wb") as dst:
         dst.write(src.read())
-    out = env_utils.make_env_and_datasets(CUBE_ENV, dataset_dir=str(shards))
+    out = envs.make_env_and_datasets(CUBE_ENV, dataset_dir=str(shards))
     records = out.metadata["datasets"]
     assert [r["path"] for r in records] == out.next_shard.paths == paths  # cycling order, -val files left out
     assert [r["source"] for r in records] == ["official", "generated", "generated"]
@@ -151,7 +152,7 @@ def test_robomimic_file_is_official_with_its_check(tmp_path, monkeypatch):
     monkeypatch.setattr(
         ru, "make_robomimic_env", lambda name, meta, seed=None: ru.RobomimicLowDimEnv(FakeRobosuiteEnv(), 300, seed)
     )
-    out = env_utils.make_env_and_datasets("lift-mh-low_dim", dataset_dir=str(tmp_path))
+    out = envs.make_env_and_datasets("lift-mh-low_dim", dataset_dir=str(tmp_path))
     (record,) = out.metadata["datasets"]
     assert record["path"] == path and record["size_bytes"] == os.path.getsize(path)
     assert record["sha256"] == sha256(path) and record["source"] == "official" and record["verified"] is None
@@ -406,7 +407,7 @@ def test_real_ogbench_downloader_short_then_complete(generated, tmp_path, server
     dl.download(parse_names("cube-single-play-v0"), dataset_dir=str(target), ogbench_url=server.url)
     assert sha256(target / "cube-single-play-v0.npz") == hashlib.sha256(body).hexdigest()
     assert ogbench.utils.DATASET_URL == dl.OGBENCH_URL and socket.getdefaulttimeout() is None  # restored
-    out = env_utils.make_env_and_datasets(CUBE_ENV, dataset_dir=str(target))
+    out = envs.make_env_and_datasets(CUBE_ENV, dataset_dir=str(target))
     assert out.metadata["datasets"][0]["verified"] is True
 
 
@@ -428,9 +429,9 @@ def test_shards_stream_into_place_one_by_one(generated, tmp_path, server):
     server.short = set()
     (line,) = dl.download(parse_names("cube-quadruple-play-100m-v0"), str(target), ogbench_url=server.url)
     assert line.endswith(f"--ogbench_dataset_dir={shard_dir}")
-    assert [
-        os.path.basename(p) for p in ogbench_utils.list_dataset_shards(str(shard_dir), "cube-quadruple-play-v0")
-    ] == names[:3]
+    assert [os.path.basename(p) for p in common.list_dataset_shards(str(shard_dir), "cube-quadruple-play-v0")] == names[
+        :3
+    ]
     assert sorted(provenance.read_manifest(str(shard_dir))) == sorted(names)
     assert all(provenance.npz_provenance(str(shard_dir / n))["verified"] for n in names)
 

@@ -10,9 +10,12 @@ import gymnasium
 import numpy as np
 import pytest
 
-from envs import env_utils, ogbench_utils
-from envs.ogbench_utils import OGBenchName, parse_ogbench_name
-from envs.wrappers import OGBENCH_INFO_FILTERS, EpisodeMonitor
+import envs
+from envs import common, robomimic
+from envs import ogbench as ogb
+from envs.common import EpisodeMonitor
+from envs.ogbench import OGBENCH_INFO_FILTERS, OGBenchName, parse_ogbench_name
+from runner.config import warn_if_dense_on_sparse_domain
 from utils import seeding
 
 
@@ -49,9 +52,9 @@ def test_parse_names(name, expected, dataset, env_id):
 
 def test_which_names_are_training_envs():
     for task in range(1, 6):
-        for domain in ogbench_utils.DOMAINS:
-            assert ogbench_utils.is_ogbench_env(f"{domain}-play-singletask-task{task}-v0")
-    assert ogbench_utils.is_ogbench_env("cube-triple-noisy-singletask-v0")
+        for domain in ogb.DOMAINS:
+            assert ogb.is_ogbench_env(f"{domain}-play-singletask-task{task}-v0")
+    assert ogb.is_ogbench_env("cube-triple-noisy-singletask-v0")
     for name in [
         "cube-double-play-v0",
         "cube-double-v0",
@@ -60,7 +63,7 @@ def test_which_names_are_training_envs():
         "lift-mh-low_dim",
         "puzzle-4x4-play-singletask-v0",
     ]:
-        assert not ogbench_utils.is_ogbench_env(name), name
+        assert not ogb.is_ogbench_env(name), name
     assert parse_ogbench_name("visual-cube-double-play-v0") is None
     with pytest.raises(ValueError, match="task id must be in 1..5"):
         parse_ogbench_name("cube-double-play-singletask-task6-v0")
@@ -71,23 +74,23 @@ DEFAULT_TASKS = {"cube-single": 2, "cube-double": 2, "cube-triple": 2, "cube-qua
 
 
 def test_default_task_of_every_domain_is_the_one_that_runs():
-    assert set(DEFAULT_TASKS) == set(ogbench_utils.DOMAINS)
+    assert set(DEFAULT_TASKS) == set(ogb.DOMAINS)
     for domain, expected in DEFAULT_TASKS.items():
         name = f"{domain}-play-singletask-v0"
-        assert gymnasium.spec(ogbench_utils.parse_ogbench_name(name).env_id).kwargs["reward_task_id"] == 0
-        assert ogbench_utils.effective_task_id(name) == expected, domain
-        assert ogbench_utils.ogbench_metadata(name)["task_id"] == expected
-    env = ogbench_utils.make_ogbench_env("puzzle-3x3-play-singletask-v0")  # the one whose default is not 2
+        assert gymnasium.spec(ogb.parse_ogbench_name(name).env_id).kwargs["reward_task_id"] == 0
+        assert ogb.effective_task_id(name) == expected, domain
+        assert ogb.ogbench_metadata(name)["task_id"] == expected
+    env = ogb.make_ogbench_env("puzzle-3x3-play-singletask-v0")  # the one whose default is not 2
     env.reset(seed=0)
     assert env.unwrapped.cur_task_id == 4
     env.close()
-    assert ogbench_utils.effective_task_id("puzzle-3x3-noisy-singletask-task1-v0") == 1
-    assert env_utils.run_metadata("scene-play-singletask-task5-v0")["task_id"] == 5
+    assert ogb.effective_task_id("puzzle-3x3-noisy-singletask-task1-v0") == 1
+    assert ogb.run_metadata("scene-play-singletask-task5-v0")["task_id"] == 5
 
 
 @pytest.mark.parametrize("timing", ["post", "pre"])
 def test_metadata_and_env_record_the_timing_that_runs(timing):
-    env = ogbench_utils.make_ogbench_env("cube-double-play-singletask-v0", success_timing=timing)
+    env = ogb.make_ogbench_env("cube-double-play-singletask-v0", success_timing=timing)
     assert env.unwrapped._success_timing == timing
     assert env.spec.max_episode_steps == 500
     env.close()
@@ -97,29 +100,27 @@ def test_metadata_and_env_record_the_timing_that_runs(timing):
         "reward_timing": f"{timing}-step",
         "task_id": 2,
     }
-    assert ogbench_utils.ogbench_metadata("cube-double-play-singletask-v0", timing) == meta
+    assert ogb.ogbench_metadata("cube-double-play-singletask-v0", timing) == meta
     other = {"post": "pre", "pre": "post"}[timing]  # the offline relabelling timing is recorded on its own
-    assert env_utils.run_metadata("scene-play-singletask-task2-v0", timing, other) == {
+    assert ogb.run_metadata("scene-play-singletask-task2-v0", timing, other) == {
         **meta,
         "dataset_success_timing": other,
     }
-    assert env_utils.run_metadata("unknown-env", timing) == {}
-    assert "success_timing" not in env_utils.run_metadata("lift-mh-low_dim", timing)  # robomimic: no setting
+    assert "success_timing" not in robomimic.run_metadata("lift-mh-low_dim")  # robomimic: no setting
 
 
 def test_defaults_are_post_step_and_bad_timings_are_refused(tmp_path):
-    env = ogbench_utils.make_ogbench_env("cube-single-play-singletask-task1-v0")
+    env = ogb.make_ogbench_env("cube-single-play-singletask-task1-v0")
     assert env.unwrapped._success_timing == "post"  # the paper's (ogbench 1.1.2), not ogbench 1.2's 'pre'
     env.close()
-    assert env_utils.run_metadata("cube-single-play-singletask-task1-v0")["reward_timing"] == "post-step"
+    assert ogb.run_metadata("cube-single-play-singletask-task1-v0")["reward_timing"] == "post-step"
     message = "--success_timing must be one of 'post', 'pre', got 'after'"
     name = "cube-single-play-singletask-task1-v0"
     for call in (
-        lambda: ogbench_utils.make_ogbench_env(name, "after"),
-        lambda: ogbench_utils.ogbench_metadata(name, "after"),
-        lambda: env_utils.run_metadata("lift-mh-low_dim", "after"),
-        lambda: env_utils.make_env_and_datasets(name, success_timing="after"),
-        lambda: env_utils.load_dataset_shard(str(tmp_path / "x.npz"), name, success_timing="after"),
+        lambda: ogb.make_ogbench_env(name, "after"),
+        lambda: ogb.ogbench_metadata(name, "after"),
+        lambda: envs.make_env_and_datasets(name, success_timing="after"),
+        lambda: ogb.run_metadata(name, "post", "after"),
     ):
         with pytest.raises(ValueError, match=message):
             call()
@@ -139,7 +140,7 @@ def test_env_and_offline_relabelling_share_the_success_timing(timing, tmp_path):
     must give each transition the reward and mask the env returned for it.
     """
     env_name = "cube-single-play-singletask-task1-v0"
-    env = ogbench_utils.make_ogbench_env(env_name, success_timing=timing)
+    env = ogb.make_ogbench_env(env_name, success_timing=timing)
     ob, _ = env.reset(seed=0)
     u = env.unwrapped
     goal = u._data.mocap_pos[0].copy()  # task 1: (0.425, -0.1, 0.02)
@@ -171,11 +172,11 @@ def test_env_and_offline_relabelling_share_the_success_timing(timing, tmp_path):
 
     path = str(tmp_path / "cube-single-play-v0.npz")
     np.savez(path, **{k: np.asarray(v, dtype=bool if k == "terminals" else np.float32) for k, v in rows.items()})
-    data = ogbench_utils.load_ogbench_dataset(path, env_name, success_timing=timing)
+    data = ogb.load_ogbench_dataset(path, env_name, success_timing=timing)
     np.testing.assert_array_equal(data["rewards"], [r for r, _, _ in online])
     np.testing.assert_array_equal(data["masks"], [1.0 - s for _, s, _ in online])
     np.testing.assert_array_equal(data["terminals"], [0.0, 1.0])  # trajectory ends, whatever the timing
-    shard = env_utils.load_dataset_shard(path, env_name, sparse=True, success_timing=timing)
+    shard = ogb.load_file(path, env_name, envs.DataOptions(sparse=True, dataset_success_timing=timing))
     np.testing.assert_array_equal(shard["rewards"], data["rewards"])  # already 0/-1
 
 
@@ -216,7 +217,7 @@ def test_episode_monitor_statistics_and_filters():
 
 def test_episode_monitor_on_ogbench_truncation():
     env = EpisodeMonitor(
-        ogbench_utils.make_ogbench_env("cube-single-play-singletask-task1-v0", max_episode_steps=4),
+        ogb.make_ogbench_env("cube-single-play-singletask-task1-v0", max_episode_steps=4),
         filter_regexes=OGBENCH_INFO_FILTERS,
     )
     env.reset(seed=0)
@@ -230,14 +231,14 @@ def test_episode_monitor_on_ogbench_truncation():
 
 
 def test_dense_reward_warning(caplog):
-    with caplog.at_level(logging.WARNING, logger="envs.env_utils"):
-        assert env_utils.warn_if_dense_on_sparse_domain("scene-play-singletask-task2-v0", sparse=False)
-        assert env_utils.warn_if_dense_on_sparse_domain("puzzle-3x3-play-singletask-task4-v0", sparse=False)
+    with caplog.at_level(logging.WARNING):
+        assert warn_if_dense_on_sparse_domain("scene-play-singletask-task2-v0", sparse=False)
+        assert warn_if_dense_on_sparse_domain("puzzle-3x3-play-singletask-task4-v0", sparse=False)
     assert len(caplog.records) == 2 and "sparse" in caplog.records[0].getMessage()
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="envs.env_utils"):
-        assert not env_utils.warn_if_dense_on_sparse_domain("scene-play-singletask-task2-v0", sparse=True)
-        assert not env_utils.warn_if_dense_on_sparse_domain("cube-double-play-singletask-task2-v0", False)
+    with caplog.at_level(logging.WARNING):
+        assert not warn_if_dense_on_sparse_domain("scene-play-singletask-task2-v0", sparse=True)
+        assert not warn_if_dense_on_sparse_domain("cube-double-play-singletask-task2-v0", False)
     assert not caplog.records
 
 
@@ -252,29 +253,29 @@ def test_list_dataset_shards(tmp_path):
     ]
     for n in names:
         (tmp_path / n).write_bytes(b"")
-    shards = ogbench_utils.list_dataset_shards(str(tmp_path), "cube-quadruple-play-v0")
+    shards = common.list_dataset_shards(str(tmp_path), "cube-quadruple-play-v0")
     assert [p.split("/")[-1] for p in shards] == [
         "cube-quadruple-play-100m-v0-002.npz",
         "cube-quadruple-play-v0-000.npz",
         "cube-quadruple-play-v0-001.npz",
     ]
-    assert len(ogbench_utils.list_dataset_shards(str(tmp_path))) == 4
+    assert len(common.list_dataset_shards(str(tmp_path))) == 4
     with pytest.raises(FileNotFoundError, match="No dataset shards scene-play"):
-        ogbench_utils.list_dataset_shards(str(tmp_path), "scene-play-v0")
+        common.list_dataset_shards(str(tmp_path), "scene-play-v0")
     with pytest.raises(FileNotFoundError, match="directory not found"):
-        ogbench_utils.list_dataset_shards(str(tmp_path / "nope"))
+        common.list_dataset_shards(str(tmp_path / "nope"))
 
 
 def test_val_path_and_default_path(monkeypatch, tmp_path):
-    assert ogbench_utils.val_path_for("/a/b/cube-single-play-v0.npz") == "/a/b/cube-single-play-v0-val.npz"
+    assert common.val_path_for("/a/b/cube-single-play-v0.npz") == "/a/b/cube-single-play-v0-val.npz"
     monkeypatch.setenv("HOME", str(tmp_path))
     expected = f"{tmp_path}/.ogbench/data/scene-play-v0.npz"
-    assert ogbench_utils.default_dataset_path("scene-play-v0") == expected
-    assert ogbench_utils.default_dataset_path("scene-play-v0", "/x") == "/x/scene-play-v0.npz"
+    assert ogb.default_dataset_path("scene-play-v0") == expected
+    assert ogb.default_dataset_path("scene-play-v0", "/x") == "/x/scene-play-v0.npz"
 
 
 def test_result_defaults():
-    out = env_utils.EnvAndDatasets(env="e", built_eval_env="v", train_dataset={"a": 1}, val_dataset=None)
+    out = envs.EnvAndDatasets(env="e", built_eval_env="v", train_dataset={"a": 1}, val_dataset=None)
     assert (out.env, out.eval_env, out.train_dataset, out.val_dataset) == ("e", "v", {"a": 1}, None)
     assert out.next_shard is None and out.reward_fn(-2.0) == -2.0 and out.metadata == {}
 
@@ -284,7 +285,7 @@ def test_training_env_relabels_the_data_and_is_then_in_an_eager_builds_state(tmp
     in it (no private env is built) and then resets it from the seed: the rewards are a private env's, and the env is
     in the state an eager build and `reset(seed)` leave (same state, same next steps, same np_random stream)."""
     name = "cube-single-play-singletask-task1-v0"
-    probe = ogbench_utils.make_ogbench_env(name)
+    probe = ogb.make_ogbench_env(name)
     ob, _ = probe.reset(seed=0)
     qpos, qvel = probe.unwrapped._data.qpos.copy(), probe.unwrapped._data.qvel.copy()
     solved = qpos.copy()
@@ -294,18 +295,18 @@ def test_training_env_relabels_the_data_and_is_then_in_an_eager_builds_state(tmp
     np.savez(path, observations=np.stack([ob, ob, ob]).astype(np.float32), actions=np.zeros((3, 5), np.float32),
              terminals=np.array([False, False, True]), qpos=np.stack([qpos, solved, qpos]),
              qvel=np.stack([qvel, qvel, qvel]))  # fmt: skip
-    private = ogbench_utils.load_ogbench_dataset(path, name)
+    private = ogb.load_ogbench_dataset(path, name)
     np.testing.assert_array_equal(private["rewards"], [-1.0, 0.0])  # pre timing: the rows' own states
 
     def refuse(env_id):
         raise AssertionError(f"a private env was built for {env_id}")
 
-    monkeypatch.setattr(ogbench_utils, "_relabel_env", refuse)
-    out = env_utils.make_env_and_datasets(name, dataset_path=path, seed=3)
+    monkeypatch.setattr(ogb, "_relabel_env", refuse)
+    out = envs.make_env_and_datasets(name, dataset_path=path, seed=3)
     for key in ("rewards", "masks"):
         np.testing.assert_array_equal(out.train_dataset[key], private[key])
     threaded = out.env
-    eager = env_utils._monitor(ogbench_utils.make_ogbench_env(name), name)
+    eager = ogb.make_eval_env(name)
     eager.reset(seed=seeding.env_seed(3, "env"))
     np.testing.assert_array_equal(threaded.unwrapped._data.qpos, eager.unwrapped._data.qpos)
     for action in (np.full(5, 0.3), np.full(5, -0.7)):
@@ -326,7 +327,7 @@ def test_eval_env_is_built_on_first_read_and_reset_once_with_its_seed():
         calls.append("make")
         return Env()
 
-    out = env_utils.EnvAndDatasets(env="e", train_dataset={}, val_dataset=None, make_eval_env=make, eval_env_seed=7)
+    out = envs.EnvAndDatasets(env="e", train_dataset={}, val_dataset=None, make_eval_env=make, eval_env_seed=7)
     assert calls == []
     env = out.eval_env
     assert isinstance(env, Env) and out.eval_env is env and calls == ["make", ("reset", 7)]

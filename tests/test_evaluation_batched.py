@@ -19,10 +19,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import envs
 import evaluation
 from agents.acfql import ACFQLAgent, get_config
-from envs import env_utils
-from envs.wrappers import OGBENCH_INFO_FILTERS, EpisodeMonitor
+from envs import ogbench as ogb
+from envs.common import EpisodeMonitor
+from envs.ogbench import OGBENCH_INFO_FILTERS
 from evaluation import evaluate, evaluate_batched, make_eval_vector_env
 from utils import seeding, vector_eval
 
@@ -214,13 +216,13 @@ def test_slots_call_the_policy_together_at_chunk_boundaries(target_vector_env, m
 @pytest.fixture(scope="module")
 def ogbench_agent():
     """QC (best-of-N, h = 5) with tiny networks for cube-double (the distill actor is covered on `TargetEnv`)."""
-    env = env_utils.make_eval_env(OGBENCH_ENV, max_episode_steps=12)
+    env = ogb.make_eval_env(OGBENCH_ENV, max_episode_steps=12)
     ob, _ = env.reset(seed=0)
     return acfql_agent(ob.shape[0], env.action_space.shape[0], "best-of-n", h=5)
 
 
 def test_batched_equals_sequential_on_ogbench(ogbench_agent):
-    make = functools.partial(env_utils.make_eval_env, OGBENCH_ENV, max_episode_steps=12)
+    make = functools.partial(ogb.make_eval_env, OGBENCH_ENV, max_episode_steps=12)
     vector_env = make_eval_vector_env(make, 2, "sync")
     try:
         agent = ogbench_agent
@@ -235,7 +237,7 @@ def test_batched_equals_sequential_on_ogbench(ogbench_agent):
 
 
 def test_async_equals_sync_and_closes(ogbench_agent):
-    make = functools.partial(env_utils.make_eval_env, OGBENCH_ENV, max_episode_steps=8)
+    make = functools.partial(ogb.make_eval_env, OGBENCH_ENV, max_episode_steps=8)
     agent = ogbench_agent
     sync = make_eval_vector_env(make, 2, "sync")
     try:
@@ -329,7 +331,7 @@ def test_slot_info_rebuilds_each_envs_info():
 
 def _write_tiny_ogbench_file(path):
     """A 3-row cube-single trajectory in the stored layout (enough for make_env_and_datasets)."""
-    env = env_utils.make_eval_env("cube-single-play-singletask-task1-v0")
+    env = ogb.make_eval_env("cube-single-play-singletask-task1-v0")
     ob, _ = env.reset(seed=0)
     rows = {k: [] for k in ("observations", "actions", "terminals", "qpos", "qvel")}
     for t in range(3):
@@ -345,7 +347,7 @@ def test_make_eval_env_builds_the_eval_env_again(tmp_path):
     timing = "pre"  # not the default: the factory must carry the run's timing
     path = str(tmp_path / "cube-single-play-v0.npz")
     _write_tiny_ogbench_file(path)
-    out = env_utils.make_env_and_datasets(
+    out = envs.make_env_and_datasets(
         "cube-single-play-singletask-task1-v0", dataset_path=path, success_timing=timing, hash_datasets=False
     )
     factory = pickle.loads(pickle.dumps(out.make_eval_env))  # what a spawned worker receives
@@ -361,7 +363,7 @@ def test_make_eval_env_builds_the_eval_env_again(tmp_path):
 
 
 def test_make_eval_env_for_robomimic_with_a_stand_in(tmp_path, monkeypatch):
-    from envs import robomimic_utils as ru
+    from envs import robomimic as ru
     from tests.test_robomimic import DEMOS, FakeRobosuiteEnv, write_robomimic_file
 
     monkeypatch.setitem(ru.OFFICIAL_NUM_DEMOS, ("lift", "mh"), len(DEMOS))
@@ -373,15 +375,15 @@ def test_make_eval_env_for_robomimic_with_a_stand_in(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ru, "make_robomimic_env", fake_make)
     path = write_robomimic_file(tmp_path / "low_dim_v15.hdf5")
-    out = env_utils.make_env_and_datasets("lift-mh-low_dim", dataset_path=str(path), seed=3, hash_datasets=False)
+    out = envs.make_env_and_datasets("lift-mh-low_dim", dataset_path=str(path), seed=3, hash_datasets=False)
     assert len(made) == 2  # env and eval_env; the factory builds nothing until called
     factory = pickle.loads(pickle.dumps(out.make_eval_env))
     env = factory()
     assert made[2] == made[1] == seeding.env_seed(3, "eval_env")
     assert type(env) is type(out.eval_env) is EpisodeMonitor and env._filters == []
     assert isinstance(env.env, ru.RobomimicLowDimEnv)
-    with pytest.raises(ValueError, match="robomimic_env_meta"):
-        env_utils.make_eval_env("lift-mh-low_dim")
+    with pytest.raises(ValueError, match="Not a supported OGBench single-task env name"):
+        ogb.make_eval_env("lift-mh-low_dim")  # each family builds its own envs
 
 
 def test_vector_env_mode_rule_and_errors():

@@ -25,11 +25,12 @@ import ogbench.utils
 import pytest
 from ogbench.relabel_utils import relabel_dataset
 
-from envs import env_utils, ogbench_utils
+from envs import common, make_env_and_datasets
 from envs import generate_dataset as gd
-from envs.env_utils import make_env_and_datasets, sparse_reward_transform
+from envs import ogbench as ogb
+from envs.common import sparse_reward_transform
 from envs.generate_dataset import generate_dataset
-from envs.ogbench_utils import generator_command
+from envs.ogbench import generator_command
 from tests.driver_runs import ROOT
 
 STEPS = 50  # rows per generated episode
@@ -82,7 +83,7 @@ def test_generated_file_keys_dtypes_shapes_and_terminals(cube_file):
     assert meta["seed"] == 0 and meta["num_episodes"] == 2 and meta["split"] == "train"
     assert meta["dataset_type"] == "play" and meta["max_episode_steps"] == STEPS
     assert meta["ogbench_version"] == importlib.metadata.version("ogbench")
-    val_meta = json.loads(str(_stored(ogbench_utils.val_path_for(cube_file))["generator_metadata"][()]))
+    val_meta = json.loads(str(_stored(common.val_path_for(cube_file))["generator_metadata"][()]))
     assert val_meta == {**meta, "split": "val", "num_episodes": 1}
     n = 2 * STEPS
     assert d["observations"].shape == (n, 28) and d["observations"].dtype == np.float32
@@ -97,11 +98,11 @@ def test_generated_file_keys_dtypes_shapes_and_terminals(cube_file):
 
 
 def test_val_split_has_the_right_episode_count(cube_file, tmp_path):
-    val = _stored(ogbench_utils.val_path_for(cube_file))
+    val = _stored(common.val_path_for(cube_file))
     assert len(val["terminals"]) == STEPS  # max(1, 2 // 10) = 1 episode
     np.testing.assert_array_equal(np.flatnonzero(val["terminals"]), [STEPS - 1])
     path = _generate(str(tmp_path), num_episodes=1, num_val_episodes=3)
-    assert np.flatnonzero(_stored(ogbench_utils.val_path_for(path))["terminals"]).tolist() == [49, 99, 149]
+    assert np.flatnonzero(_stored(common.val_path_for(path))["terminals"]).tolist() == [49, 99, 149]
 
 
 def test_button_domains_store_button_states(puzzle_file):
@@ -113,7 +114,7 @@ def test_button_domains_store_button_states(puzzle_file):
 
 def test_same_seed_gives_identical_bytes_other_seed_differs(cube_file, tmp_path):
     again = _generate(str(tmp_path / "again"))
-    val_path_for = ogbench_utils.val_path_for
+    val_path_for = common.val_path_for
     for a, b in [(cube_file, again), (val_path_for(cube_file), val_path_for(again))]:
         with open(a, "rb") as fa, open(b, "rb") as fb:
             assert fa.read() == fb.read()
@@ -157,7 +158,7 @@ def test_generator_refuses_to_overwrite_and_checks_names(cube_file, tmp_path):
 
 def _files_equal(a, b):
     return filecmp.cmp(a, b, shallow=False) and filecmp.cmp(
-        ogbench_utils.val_path_for(a), ogbench_utils.val_path_for(b), shallow=False
+        common.val_path_for(a), common.val_path_for(b), shallow=False
     )
 
 
@@ -188,7 +189,7 @@ def test_episode_streams_are_spawned_per_index_and_episodes_ignore_history():
 
     # Episode 2 is the same whether its env made episodes 0 and 1 before or nothing (a fresh worker).
     settings = gd._Settings(
-        name=ogbench_utils.resolve_dataset_name("cube-single-play-v0"),
+        name=gd.resolve_dataset_name("cube-single-play-v0"),
         seed=11,
         max_episode_steps=STEPS,
         noise=0.1,
@@ -339,20 +340,20 @@ def test_loaded_transitions_shift_clip_and_relabel(cube_file):
 
 def test_loader_matches_ogbench_reference_loader(puzzle_file):
     # ogbench's loader relabels from s_t: our 'pre' timing.
-    ours = ogbench_utils.load_ogbench_dataset(puzzle_file, PUZZLE_ENV, action_clip_eps=None, success_timing="pre")
+    ours = ogb.load_ogbench_dataset(puzzle_file, PUZZLE_ENV, action_clip_eps=None, success_timing="pre")
     ref = ogbench.utils.load_dataset(puzzle_file, compact_dataset=False, add_info=True)
-    env_id = ogbench_utils.parse_ogbench_name(PUZZLE_ENV).env_id
-    relabel_dataset(env_id, ogbench_utils.make_ogbench_env(PUZZLE_ENV), ref)
+    env_id = ogb.parse_ogbench_name(PUZZLE_ENV).env_id
+    relabel_dataset(env_id, ogb.make_ogbench_env(PUZZLE_ENV), ref)
     for k in ours:
         np.testing.assert_array_equal(ours[k], ref[k], err_msg=k)
     assert len(np.unique(ours["rewards"])) > 1  # button rewards are informative (-9..0)
 
     # 'post': everything the same except rewards/masks, which are those of the next stored row.
-    post = ogbench_utils.load_ogbench_dataset(puzzle_file, PUZZLE_ENV, action_clip_eps=None, success_timing="post")
+    post = ogb.load_ogbench_dataset(puzzle_file, PUZZLE_ENV, action_clip_eps=None, success_timing="post")
     stored = _stored(puzzle_file)
     keep = np.flatnonzero(~stored["terminals"])
     nxt = {"qpos": stored["qpos"][keep + 1], "button_states": stored["button_states"][keep + 1]}
-    relabel_dataset(env_id, ogbench_utils.make_ogbench_env(PUZZLE_ENV), nxt)
+    relabel_dataset(env_id, ogb.make_ogbench_env(PUZZLE_ENV), nxt)
     for k in post:
         np.testing.assert_array_equal(post[k], nxt[k] if k in ("rewards", "masks") else ours[k], err_msg=k)
     np.testing.assert_array_equal(post["rewards"][:-1], ours["rewards"][1:])  # one trajectory: a shift by one
@@ -363,8 +364,8 @@ def test_loader_matches_ogbench_reference_loader(puzzle_file):
 @pytest.mark.parametrize("env_name, file_fixture", [(CUBE_ENV, "cube_file"), (PUZZLE_ENV, "puzzle_file")])
 def test_relabelled_rewards_match_what_the_env_reports(env_name, file_fixture, timing, request, tmp_path):
     path = request.getfixturevalue(file_fixture)
-    name = ogbench_utils.parse_ogbench_name(env_name)
-    env = ogbench_utils.make_ogbench_env(env_name, success_timing=timing)
+    name = ogb.parse_ogbench_name(env_name)
+    env = ogb.make_ogbench_env(env_name, success_timing=timing)
     env.reset(seed=0)
     u = env.unwrapped
     # Put every third row in the task's goal state, so success states are compared too.
@@ -375,7 +376,7 @@ def test_relabelled_rewards_match_what_the_env_reports(env_name, file_fixture, t
         stored["qpos"][::3, 14:17] = u._data.mocap_pos[0]
     path = str(tmp_path / "with_successes.npz")
     np.savez(path, **stored)
-    data = ogbench_utils.load_ogbench_dataset(path, env_name, success_timing=timing)
+    data = ogb.load_ogbench_dataset(path, env_name, success_timing=timing)
     assert 0.0 in data["masks"] and 1.0 in data["masks"]
     assert len(np.unique(data["rewards"])) > (2 if name.has_button_states else 1)
     rows = np.flatnonzero(~stored["terminals"])  # the stored row of s_t for each transition t
@@ -403,12 +404,12 @@ def test_relabelled_rewards_match_what_the_env_reports(env_name, file_fixture, t
 
 
 def test_sparse_rewards_and_proportion(cube_file):
-    dense = ogbench_utils.load_ogbench_dataset(cube_file, CUBE_ENV)
+    dense = ogb.load_ogbench_dataset(cube_file, CUBE_ENV)
     for bad in (0.0, -0.5, 1.5):
         with pytest.raises(ValueError, match=r"dataset_proportion must be in \(0, 1\]"):
             make_env_and_datasets(CUBE_ENV, dataset_path=cube_file, dataset_proportion=bad)
     out = make_env_and_datasets(CUBE_ENV, dataset_path=cube_file, sparse=True, dataset_proportion=0.25, load_val=True)
-    assert out.reward_fn is sparse_reward_transform and env_utils.dense_reward(-3.0) == -3.0
+    assert out.reward_fn is sparse_reward_transform and common.dense_reward(-3.0) == -3.0
     train = out.train_dataset
     n = int(2 * (STEPS - 1) * 0.25)  # the first quarter of the rows
     assert all(len(v) == n for v in train.values())
@@ -439,9 +440,9 @@ def test_default_dir_dataset_dir_and_shards(cube_file, tmp_path, monkeypatch):
     flat.mkdir()
     shutil.copy(cube_file, flat / "cube-single-play-v0.npz")
     train_path = str(flat / "cube-single-play-v0.npz")
-    assert ogbench_utils.resolve_dataset_paths(CUBE_ENV, dataset_dir=str(flat)) == [train_path]
-    shutil.copy(ogbench_utils.val_path_for(cube_file), flat / "cube-single-play-v0-val.npz")
-    assert ogbench_utils.existing_val_path([train_path]) == str(flat / "cube-single-play-v0-val.npz")
+    assert ogb.resolve_dataset_paths(CUBE_ENV, dataset_dir=str(flat)) == [train_path]
+    shutil.copy(common.val_path_for(cube_file), flat / "cube-single-play-v0-val.npz")
+    assert common.existing_val_path([train_path]) == str(flat / "cube-single-play-v0-val.npz")
     assert make_env_and_datasets(CUBE_ENV, dataset_dir=str(flat)).val_dataset is None
     assert len(make_env_and_datasets(CUBE_ENV, dataset_dir=str(flat), load_val=True).val_dataset["rewards"]) == (
         STEPS - 1
@@ -451,8 +452,8 @@ def test_default_dir_dataset_dir_and_shards(cube_file, tmp_path, monkeypatch):
     shards = tmp_path / "shards"
     shards.mkdir()
     shutil.copy(cube_file, shards / "cube-single-play-v0-000.npz")
-    shutil.copy(ogbench_utils.val_path_for(cube_file), shards / "cube-single-play-v0-001.npz")
-    shutil.copy(ogbench_utils.val_path_for(cube_file), shards / "cube-single-play-v0-000-val.npz")
+    shutil.copy(common.val_path_for(cube_file), shards / "cube-single-play-v0-001.npz")
+    shutil.copy(common.val_path_for(cube_file), shards / "cube-single-play-v0-000-val.npz")
     shutil.copy(cube_file, shards / "cube-double-play-v0.npz")
     with pytest.raises(ValueError, match="sharded"):
         make_env_and_datasets(CUBE_ENV, dataset_dir=str(shards), dataset_proportion=0.5)
@@ -489,14 +490,14 @@ def test_a_run_needs_only_the_training_file(cube_file, tmp_path, monkeypatch):
         ({"dataset_path": train_path}, [train_path]),
         ({"dataset_dir": str(shards)}, shard_paths),
     ]:
-        assert ogbench_utils.resolve_dataset_paths(CUBE_ENV, **kwargs) == paths, kwargs
-        assert ogbench_utils.existing_val_path(paths) is None
+        assert ogb.resolve_dataset_paths(CUBE_ENV, **kwargs) == paths, kwargs
+        assert common.existing_val_path(paths) is None
     # A path that exists but is no file says what it is, not "not found".
     fifo = str(tmp_path / "pipe.npz")
     os.mkfifo(fifo)
     for path, kind in [("/dev/null", "a character device"), (fifo, "a named pipe"), (str(shards), "a directory")]:
         with pytest.raises(ValueError, match=rf"--dataset_path={path} is {kind}"):
-            ogbench_utils.resolve_dataset_paths(CUBE_ENV, dataset_path=path)
+            ogb.resolve_dataset_paths(CUBE_ENV, dataset_path=path)
     out = make_env_and_datasets(CUBE_ENV, load_val=True)  # asks for the val file, runs without it
     assert out.val_dataset is None and len(out.train_dataset["rewards"]) == 2 * (STEPS - 1)
     out.env.close()
@@ -546,7 +547,7 @@ def _write_broken(tmp_path, cube_file, edit):
 def test_malformed_files_raise_value_error(cube_file, tmp_path, edit, message):
     path = _write_broken(tmp_path, cube_file, edit)
     with pytest.raises(ValueError, match=message) as e:
-        ogbench_utils.load_ogbench_dataset(path, CUBE_ENV)
+        ogb.load_ogbench_dataset(path, CUBE_ENV)
     assert path in str(e.value)
 
 
@@ -570,7 +571,7 @@ def test_corrupt_member_raises_value_error(cube_file, tmp_path):
                 payload = payload[: len(payload) // 2]  # a valid zip whose array is cut short
             dst.writestr(item.filename, payload)
     with pytest.raises(ValueError, match=r"corrupt\.npz is truncated or corrupt: reading 'observations'"):
-        ogbench_utils.load_ogbench_dataset(path, CUBE_ENV)
+        ogb.load_ogbench_dataset(path, CUBE_ENV)
 
 
 def test_unknown_env_name_lists_supported_patterns():
@@ -589,7 +590,7 @@ def test_sparse_reward_transform_values():
     assert sparse_reward_transform(0.0) == 0.0 and sparse_reward_transform(-4) == -1.0
     assert isinstance(sparse_reward_transform(-2.0), np.float32)
     np.testing.assert_array_equal(sparse_reward_transform(np.zeros((2, 3))), np.zeros((2, 3)))
-    assert env_utils.sparse_reward_transform is sparse_reward_transform
+    assert common.sparse_reward_transform is sparse_reward_transform
 
 
 def test_generating_onto_an_existing_file_is_one_line_before_any_episode(tmp_path):

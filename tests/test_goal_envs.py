@@ -13,11 +13,14 @@ import numpy as np
 import pytest
 from ogbench.relabel_utils import add_oracle_reps
 
+import envs
 from envs import download_datasets as dl
-from envs import env_utils, ogbench_goals, ogbench_utils, provenance
+from envs import ogbench as ogb
+from envs import provenance
+from envs.common import EpisodeMonitor, GlobalNumpySeeding
 from envs.generate_dataset import generate_dataset
-from envs.ogbench_utils import OGBenchName, parse_ogbench_name
-from envs.wrappers import EpisodeMonitor, GlobalNumpySeeding
+from envs.ogbench import OGBenchName, parse_ogbench_name
+from runner.config import warn_if_dense_on_sparse_domain
 from tests.test_datasets_provenance import _Server, write_official_like
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,7 +49,7 @@ def puzzle_file(tmp_path_factory):
 # ---------------------------------------------------------------- names
 
 
-@pytest.mark.parametrize("domain", ogbench_utils.GOAL_DOMAINS)
+@pytest.mark.parametrize("domain", ogb.GOAL_DOMAINS)
 def test_oraclerep_names_of_every_goal_domain(domain):
     dataset_type = "navigate" if domain == "humanoidmaze-giant" else "play"
     name = f"{domain}-{dataset_type}-oraclerep-v0"
@@ -54,8 +57,8 @@ def test_oraclerep_names_of_every_goal_domain(domain):
     assert parsed == OGBenchName(domain, dataset_type, oraclerep=True)
     assert parsed.env_name == name and parsed.dataset_name == f"{domain}-{dataset_type}-v0"
     assert parsed.env_id == f"{domain}-v0" and gymnasium.spec(parsed.env_id) is not None
-    assert ogbench_utils.is_oraclerep_env(name) and env_utils.is_goal_conditioned_env(name)
-    assert not ogbench_utils.is_ogbench_env(name)  # single-task code paths stay single-task
+    assert ogb.is_oraclerep_env(name) and envs.parse(name).goal_conditioned
+    assert not ogb.is_ogbench_env(name)  # single-task code paths stay single-task
     assert parsed.expert_data == (domain == "humanoidmaze-giant")
     assert parsed.has_button_states == (domain == "scene" or domain.startswith("puzzle"))
 
@@ -67,22 +70,22 @@ def test_names_that_are_refused():
     ]:
         with pytest.raises(ValueError, match=message):
             parse_ogbench_name(bad)
-    assert not ogbench_utils.is_oraclerep_env("humanoidmaze-giant-play-oraclerep-v0")
+    assert not ogb.is_oraclerep_env("humanoidmaze-giant-play-oraclerep-v0")
     assert parse_ogbench_name("antmaze-large-navigate-oraclerep-v0") is None
-    assert not ogbench_utils.is_ogbench_env("puzzle-4x5-play-singletask-v0")  # not a tested single-task domain
+    assert not ogb.is_ogbench_env("puzzle-4x5-play-singletask-v0")  # not a tested single-task domain
     with pytest.raises(ValueError, match="Not a supported OGBench goal-conditioned env name"):
-        ogbench_goals.make_oraclerep_env("cube-double-play-singletask-task2-v0")
-    assert any("oraclerep" in p for p in env_utils.supported_env_patterns())
+        ogb.make_oraclerep_env("cube-double-play-singletask-task2-v0")
+    assert any("oraclerep" in p for p in envs.patterns())
 
 
 # ---------------------------------------------------------------- envs
 
 
 def test_eval_env_resets_to_a_task_with_its_oracle_goal():
-    env = env_utils.make_eval_env(GOAL_ENV, max_episode_steps=5)
+    env = ogb.make_eval_env(GOAL_ENV, max_episode_steps=5)
     assert type(env) is EpisodeMonitor and type(env.env) is GlobalNumpySeeding
     assert env.unwrapped._use_oracle_rep and env.unwrapped._success_timing == "post"
-    assert ogbench_goals.task_names(GOAL_ENV)[3] == "task4_swap"
+    assert ogb.task_names(GOAL_ENV)[3] == "task4_swap"
     ob, info = env.reset(seed=3, options=dict(task_id=4))
     assert env.unwrapped.cur_task_id == 4 and info["goal"].shape == (6,)  # two cubes' positions
     goal_xyz = env.unwrapped.cur_task_info["goal_xyzs"]  # the cubes' goals, up to ogbench's cube permutation
@@ -100,7 +103,7 @@ def test_eval_env_resets_to_a_task_with_its_oracle_goal():
 def test_humanoidmaze_resets_depend_on_the_seed_only():
     """ogbench draws humanoidmaze's start and goal noise from numpy's global RNG: the wrapper seeds it from the
     reset seed and gives the caller's state back."""
-    env = env_utils.make_eval_env("humanoidmaze-giant-navigate-oraclerep-v0")
+    env = ogb.make_eval_env("humanoidmaze-giant-navigate-oraclerep-v0")
     np.random.seed(1)
     state = np.random.get_state()[1].copy()
     a = env.reset(seed=5, options=dict(task_id=2))
@@ -111,7 +114,7 @@ def test_humanoidmaze_resets_depend_on_the_seed_only():
     np.testing.assert_array_equal(a[0], b[0])
     np.testing.assert_array_equal(a[1]["goal"], b[1]["goal"])
     assert a[1]["goal"].shape == (2,) and not np.array_equal(a[1]["goal"], c[1]["goal"])
-    raw = ogbench_goals.make_oraclerep_env("humanoidmaze-giant-navigate-oraclerep-v0")
+    raw = ogb.make_oraclerep_env("humanoidmaze-giant-navigate-oraclerep-v0")
     np.random.seed(2)
     d = raw.reset(seed=5, options=dict(task_id=2))  # without the wrapper: the global state decides
     assert not np.array_equal(a[1]["goal"], d[1]["goal"])
@@ -121,26 +124,26 @@ def test_humanoidmaze_resets_depend_on_the_seed_only():
 
 @pytest.mark.parametrize("timing", ["post", "pre"])
 def test_goal_metadata(timing):
-    meta = env_utils.run_metadata(GOAL_ENV, timing, "pre")
+    meta = ogb.run_metadata(GOAL_ENV, timing, "pre")
     assert meta["success_timing"] == timing and meta["reward_timing"] == f"{timing}-step"
     assert meta["goal_conditioned"] is True and meta["task_id"] is None and meta["dataset_success_timing"] is None
-    assert meta["task_names"] == list(ogbench_goals.task_names(GOAL_ENV))
-    assert ogbench_goals.make_oraclerep_env(GOAL_ENV, timing).unwrapped._success_timing == timing
+    assert meta["task_names"] == list(ogb.task_names(GOAL_ENV))
+    assert ogb.make_oraclerep_env(GOAL_ENV, timing).unwrapped._success_timing == timing
 
 
 # ---------------------------------------------------------------- data
 
 
 def test_loader_keeps_the_single_task_rows_and_adds_oracle_reps(cube_file, monkeypatch):
-    names = ogbench_goals.task_names(GOAL_ENV)  # from a private env, the loaders' default
+    names = ogb.task_names(GOAL_ENV)  # from a private env, the loaders' default
 
     def refuse(env_id):
         raise AssertionError(f"a private env was built for {env_id}")
 
-    for module, private in ((ogbench_goals, "_private_env"), (env_utils.ogbench_utils, "_relabel_env")):
+    for module, private in ((ogb, "_private_goal_env"), (ogb, "_relabel_env")):
         monkeypatch.setattr(module, private, refuse)  # a run's loader reads its task from the training env
-    goal = env_utils.make_env_and_datasets(GOAL_ENV, dataset_path=cube_file, hash_datasets=False)
-    single = env_utils.make_env_and_datasets(SINGLE_TASK_ENV, dataset_path=cube_file, hash_datasets=False)
+    goal = envs.make_env_and_datasets(GOAL_ENV, dataset_path=cube_file, hash_datasets=False)
+    single = envs.make_env_and_datasets(SINGLE_TASK_ENV, dataset_path=cube_file, hash_datasets=False)
     data, reference = goal.train_dataset, single.train_dataset
     for key in ("observations", "actions", "next_observations", "terminals"):
         np.testing.assert_array_equal(data[key], reference[key], err_msg=key)
@@ -159,15 +162,15 @@ def test_loader_keeps_the_single_task_rows_and_adds_oracle_reps(cube_file, monke
     assert goal.metadata["task_names"] == list(names)
     assert not single.goal_conditioned and single.task_names == () and single.num_tasks == 0
     assert goal.metadata["datasets"][0]["source"] == "generated"
-    out = env_utils.make_env_and_datasets(GOAL_ENV, dataset_path=cube_file, dataset_proportion=0.5)
+    out = envs.make_env_and_datasets(GOAL_ENV, dataset_path=cube_file, dataset_proportion=0.5)
     assert len(out.train_dataset["oracle_reps"]) == n // 2 and out.train_dataset["terminals"][-1] == 1
 
 
 def test_puzzle_oracle_reps_are_the_button_states(puzzle_file):
-    data = ogbench_goals.load_oraclerep_dataset(puzzle_file, "puzzle-4x5-play-oraclerep-v0", keep_info=True)
+    data = ogb.load_oraclerep_dataset(puzzle_file, "puzzle-4x5-play-oraclerep-v0", keep_info=True)
     assert data["oracle_reps"].shape == (2 * 19, 20)
     np.testing.assert_array_equal(data["oracle_reps"], data["button_states"].astype(np.float32))
-    env = env_utils.make_eval_env("puzzle-4x5-play-oraclerep-v0")
+    env = ogb.make_eval_env("puzzle-4x5-play-oraclerep-v0")
     _, info = env.reset(seed=0, options=dict(task_id=1))
     assert info["goal"].shape == data["oracle_reps"].shape[1:]  # the env's goals look like the data's
 
@@ -177,36 +180,36 @@ def test_every_shard_gets_its_oracle_reps(cube_file, tmp_path):
     directory.mkdir()
     for i in range(2):
         _generate(directory / f"cube-double-play-v0-00{i}.npz", "cube-double-play-v0", num_episodes=1, seed=10 + i)
-    out = env_utils.make_env_and_datasets(GOAL_ENV, dataset_dir=str(directory), hash_datasets=False)
+    out = envs.make_env_and_datasets(GOAL_ENV, dataset_dir=str(directory), hash_datasets=False)
     first = out.train_dataset
     second = out.next_shard()
     assert out.next_shard.index == 1 and set(second) == set(first)
-    reference = ogbench_goals.load_oraclerep_dataset(str(directory / "cube-double-play-v0-001.npz"), GOAL_ENV)
+    reference = ogb.load_oraclerep_dataset(str(directory / "cube-double-play-v0-001.npz"), GOAL_ENV)
     for key in reference:
         np.testing.assert_array_equal(second[key], reference[key], err_msg=key)
     assert not np.array_equal(first["oracle_reps"], second["oracle_reps"])
     assert [d["path"] for d in out.metadata["datasets"]] == out.next_shard.paths
-    assert env_utils.load_dataset_shard(out.next_shard.paths[0], GOAL_ENV).keys() == first.keys()
+    assert ogb.load_file(out.next_shard.paths[0], GOAL_ENV, envs.DataOptions()).keys() == first.keys()
 
 
 def test_data_errors(cube_file, tmp_path):
     with pytest.raises(ValueError, match="--sparse does not apply to the goal-conditioned"):
-        env_utils.make_env_and_datasets(GOAL_ENV, dataset_path=cube_file, sparse=True)
+        envs.make_env_and_datasets(GOAL_ENV, dataset_path=cube_file, sparse=True)
     with pytest.raises(ValueError, match="observations have 37 columns, the env's 28"):
-        ogbench_goals.load_oraclerep_dataset(cube_file, "cube-single-play-oraclerep-v0")
+        ogb.load_oraclerep_dataset(cube_file, "cube-single-play-oraclerep-v0")
     with pytest.raises(FileNotFoundError) as e:
-        env_utils.make_env_and_datasets("cube-triple-play-oraclerep-v0", dataset_dir=str(tmp_path))
+        envs.make_env_and_datasets("cube-triple-play-oraclerep-v0", dataset_dir=str(tmp_path))
     message = str(e.value)
     assert "python -m envs.download_datasets --env_names=cube-triple-play-v0" in message
     assert "large set cube-triple-play-100m-v0" in message  # the data of the DQC paper's cube-triple runs
     assert "python -m envs.generate_dataset --env_name=cube-triple-play-v0 --num_episodes=3000 --seed=0 " in message
     with pytest.raises(FileNotFoundError) as e:
-        env_utils.make_env_and_datasets("humanoidmaze-giant-navigate-oraclerep-v0", dataset_dir=str(tmp_path))
+        envs.make_env_and_datasets("humanoidmaze-giant-navigate-oraclerep-v0", dataset_dir=str(tmp_path))
     message = str(e.value)
     assert "--env_names=humanoidmaze-giant-navigate-v0" in message and "cannot be generated here" in message
     assert "envs.generate_dataset" not in message
     with pytest.raises(FileNotFoundError) as e:
-        env_utils.make_env_and_datasets("cube-octuple-play-oraclerep-v0", dataset_dir=str(tmp_path))
+        envs.make_env_and_datasets("cube-octuple-play-oraclerep-v0", dataset_dir=str(tmp_path))
     message = str(e.value)
     assert "publishes no default cube-octuple dataset" in message and "cube-octuple-play-100m-v0" in message
     assert "cube-octuple-play-1b-v0" in message and "$(seq 0 999)" in message  # the paper's 1B set
@@ -214,15 +217,15 @@ def test_data_errors(cube_file, tmp_path):
     shard.parent.mkdir()
     shard.write_bytes(b"")
     with pytest.raises(ValueError) as e:
-        env_utils.make_env_and_datasets("puzzle-4x6-play-oraclerep-v0", dataset_dir=str(shard.parent))
+        envs.make_env_and_datasets("puzzle-4x6-play-oraclerep-v0", dataset_dir=str(shard.parent))
     message = str(e.value)
     assert "puzzle-4x6-play-1b-v0 is not hosted" in message and "--env_names=puzzle-4x6-play-100m-v0" in message
     assert "--seed=4 --save_path=" in message  # this shard's own generator command
 
 
 def test_dense_reward_warning_skips_goal_conditioned_envs(caplog):
-    assert not env_utils.warn_if_dense_on_sparse_domain("puzzle-4x5-play-oraclerep-v0", sparse=False)
-    assert env_utils.warn_if_dense_on_sparse_domain("puzzle-3x3-play-singletask-v0", sparse=False)
+    assert not warn_if_dense_on_sparse_domain("puzzle-4x5-play-oraclerep-v0", sparse=False)
+    assert warn_if_dense_on_sparse_domain("puzzle-3x3-play-singletask-v0", sparse=False)
 
 
 # ---------------------------------------------------------------- generator
@@ -302,6 +305,6 @@ def test_downloaded_shards_of_a_new_set_train_a_goal_conditioned_run(cube_file, 
         server.httpd.server_close()
     directory = tmp_path / "cube-double-play-100m-v0"
     assert line.endswith(f"--ogbench_dataset_dir={directory}")
-    out = env_utils.make_env_and_datasets(GOAL_ENV, dataset_dir=str(directory))
+    out = envs.make_env_and_datasets(GOAL_ENV, dataset_dir=str(directory))
     assert len(out.next_shard.paths) == 2 and out.train_dataset["oracle_reps"].shape[1] == 6
     assert all(d["source"] == "official" and d["verified"] for d in out.metadata["datasets"])

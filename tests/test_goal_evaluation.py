@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from agents.dqc import DQCAgent, get_config
-from envs import env_utils
-from envs.wrappers import EpisodeMonitor
+from envs import ogbench as ogb
+from envs.common import EpisodeMonitor
 from evaluation import evaluate, evaluate_batched, make_eval_vector_env
 from tests.test_evaluation_batched import assert_same_results
 from utils import seeding
@@ -246,14 +246,14 @@ def test_async_workers_take_their_slot_tasks():
 def test_dqc_on_cube_double_oraclerep_batched_equals_sequential():
     """A tiny real DQC agent (best-of-N, h_a = 2) on every task of cube-double's goal-conditioned env."""
     env_name = "cube-double-play-oraclerep-v0"
-    make = functools.partial(env_utils.make_eval_env, env_name, max_episode_steps=6)
+    make = functools.partial(ogb.make_eval_env, env_name, max_episode_steps=6)
     env = make()
     ob, info = env.reset(seed=0, options={"task_id": 1})
     config = get_config()
     config.actor_hidden_dims = config.value_hidden_dims = (16, 16)
     config.flow_steps, config.best_of_n, config.backup_horizon, config.policy_chunk_size = 2, 4, 4, 2
     agent = DQCAgent.create(0, ob, np.zeros(5, np.float32), config, ex_goals=info["goal"])
-    task_names = env_utils.ogbench_goals.task_names(env_name)
+    task_names = ogb.task_names(env_name)
     vector_env = make_eval_vector_env(make, 3, "sync")
     try:
         for overrides in ({}, {"best_of_n": 2, "action_chunk_eval_size": 1}):

@@ -139,7 +139,7 @@ def test_describe_prints_the_flags():
         ("cube-quadruple-play-singletask-task3-v0", "cube-quadruple"),
         ("puzzle-3x3-play-singletask-task4-v0", "puzzle-3x3"),
         ("scene-noisy-singletask-task5-v0", "scene"),
-        ("cube-triple-play-v0", "cube-triple"),
+        ("cube-triple-play-oraclerep-v0", "cube-triple"),
         ("lift-mh-low_dim", "lift"),
         ("can-ph-low_dim", "can"),
         ("square-mh-low_dim", "square"),
@@ -170,9 +170,9 @@ def test_unknown_domain_is_an_error(env_name):
 
 def test_a_domain_only_another_method_has_is_an_error():
     # puzzle-4x4 takes puzzle-4x5's DQC values; the Q-chunking paper has none for it.
-    assert methods.domain_of("puzzle-4x4-play-singletask-task1-v0") == "puzzle-4x4"
+    assert methods.domain_of("puzzle-4x4-play-oraclerep-v0") == "puzzle-4x4"
     with pytest.raises(ValueError, match="--method=qc: the paper has no values for puzzle-4x4"):
-        methods.resolve("main", "qc", "puzzle-4x4-play-singletask-task1-v0", {})
+        methods.resolve("main", "qc", "puzzle-4x4-play-oraclerep-v0", {})
 
 
 def test_notes_where_the_values_are_not_the_papers_own():

@@ -10,9 +10,9 @@ import h5py
 import numpy as np
 import pytest
 
-from envs import env_utils
-from envs import robomimic_utils as ru
-from envs.wrappers import EpisodeMonitor
+import envs
+from envs import robomimic as ru
+from envs.common import EpisodeMonitor
 
 KEY_DIMS = {"robot0_eef_pos": 3, "robot0_eef_quat": 4, "robot0_gripper_qpos": 2, "object": 10}  # Lift: 19
 
@@ -144,7 +144,7 @@ def test_which_names_are_robomimic():
     for task in ("lift", "can", "square", "transport", "tool_hang"):
         for kind in ("mh", "ph"):
             assert ru.is_robomimic_env(f"{task}-{kind}-low_dim")
-            assert env_utils.is_robomimic_env(f"{task}-{kind}-low_dim")
+            assert envs.parse(f"{task}-{kind}-low_dim").family == "robomimic"
     for name in [
         "lift-mh-image",
         "lift-mg-low_dim",
@@ -163,15 +163,15 @@ def test_which_names_are_robomimic():
         800,
         1000,
     ]
-    assert "robomimic: {lift,can,square,transport,tool_hang}-{mh,ph}-low_dim" in env_utils.supported_env_patterns()
+    assert "robomimic: {lift,can,square,transport,tool_hang}-{mh,ph}-low_dim" in envs.patterns()
     with pytest.raises(ValueError, match="Supported: {lift,can"):
         ru.parse_robomimic_name("lift-mg-low_dim")
 
 
 def test_import_does_not_load_the_simulator():
     code = (
-        "import sys; import envs.env_utils, envs.robomimic_utils; "
-        'assert envs.env_utils.is_robomimic_env("lift-mh-low_dim"); '
+        "import sys; import envs; "
+        'assert envs.parse("lift-mh-low_dim").family == "robomimic"; '
         'assert "robosuite" not in sys.modules and "robomimic" not in sys.modules, "imported"'
     )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -242,7 +242,7 @@ def test_missing_file_says_where_to_get_it(tmp_path):
     download = f"python -m envs.download_datasets --env_names=square-mh-low_dim --robomimic_dir={tmp_path}\n"
     assert message.index(download) < message.index("robomimic_datasets/resolve/main")  # the command first
     with pytest.raises(FileNotFoundError, match="robomimic dataset file not found"):
-        env_utils.make_env_and_datasets("lift-mh-low_dim", dataset_path=str(tmp_path / "nope.hdf5"))
+        envs.make_env_and_datasets("lift-mh-low_dim", dataset_path=str(tmp_path / "nope.hdf5"))
 
 
 def test_bad_files_are_named(tmp_path):
@@ -324,18 +324,18 @@ def test_truncated_file_is_a_value_error_naming_file_and_fix(tmp_path, fraction)
         ru.check_dataset_file(path, "lift-mh-low_dim")
     assert path in str(e.value) and "python -m envs.download_datasets --env_names=lift-mh-low_dim" in str(e.value)
     with pytest.raises(ValueError, match="truncated"):  # and a run stops before loading anything
-        env_utils.make_env_and_datasets("lift-mh-low_dim", dataset_dir=str(tmp_path))
+        envs.make_env_and_datasets("lift-mh-low_dim", dataset_dir=str(tmp_path))
 
 
 def test_a_run_checks_the_file_first(lift_file):
     with pytest.raises(ValueError, match="holds 4 demos; robomimic's v1.5 MH file of 'lift' has 300"):
-        env_utils.make_env_and_datasets("lift-mh-low_dim", dataset_path=lift_file)
+        envs.make_env_and_datasets("lift-mh-low_dim", dataset_path=lift_file)
 
 
 def test_missing_simulator_says_how_to_install(lift_file, small_lift_mh, monkeypatch):
     monkeypatch.setitem(sys.modules, "robosuite", None)  # `import robosuite` now raises ImportError
     with pytest.raises(ImportError) as e:
-        env_utils.make_env_and_datasets("lift-mh-low_dim", dataset_path=lift_file)
+        envs.make_env_and_datasets("lift-mh-low_dim", dataset_path=lift_file)
     message = str(e.value)
     assert "pip install -r /tmp/requirements-base.txt -r requirements-robomimic.txt" in message
     assert "robosuite 1.5.1" in message and "python3.11 -m venv" in message
@@ -422,7 +422,7 @@ def test_wrapper_owns_its_random_stream():
     np.testing.assert_array_equal(np.random.get_state()[1], before)  # the caller's global stream is untouched
 
 
-def test_env_utils_path_with_a_stand_in_env(lift_file, small_lift_mh, tmp_path, monkeypatch):
+def test_the_family_load_with_a_stand_in_env(lift_file, small_lift_mh, tmp_path, monkeypatch):
     made = []
 
     def fake_make(env_name, env_meta, seed=None):
@@ -430,7 +430,7 @@ def test_env_utils_path_with_a_stand_in_env(lift_file, small_lift_mh, tmp_path, 
         return ru.RobomimicLowDimEnv(FakeRobosuiteEnv(success_at=2), ru.episode_cap(env_name), seed=seed)
 
     monkeypatch.setattr(ru, "make_robomimic_env", fake_make)
-    out = env_utils.make_env_and_datasets("lift-mh-low_dim", dataset_dir=str(tmp_path), seed=3)
+    out = envs.make_env_and_datasets("lift-mh-low_dim", dataset_dir=str(tmp_path), seed=3)
     assert isinstance(out.env, EpisodeMonitor) and isinstance(out.eval_env, EpisodeMonitor)
     assert [m[:2] for m in made] == [("lift-mh-low_dim", "Lift")] * 2 and made[0][2] != made[1][2]
     assert out.val_dataset is None and out.next_shard is None
@@ -443,9 +443,7 @@ def test_env_utils_path_with_a_stand_in_env(lift_file, small_lift_mh, tmp_path, 
     *_, info = out.env.step(np.zeros(7))
     assert info["success"] == 1 and info["episode"]["length"] == 2
 
-    sparse = env_utils.make_env_and_datasets(
-        "lift-mh-low_dim", dataset_path=lift_file, sparse=True, dataset_proportion=0.5
-    )
+    sparse = envs.make_env_and_datasets("lift-mh-low_dim", dataset_path=lift_file, sparse=True, dataset_proportion=0.5)
     assert sparse.reward_fn(1.0) == 0.0 and sparse.reward_fn(0.0) == -1.0
     np.testing.assert_array_equal(sparse.train_dataset["terminals"], [0, 0, 1, 0, 1])
 

@@ -61,7 +61,7 @@ def test_an_evaluation_with_a_video_writes_an_mp4_under_egl(tmp_path):
     script = textwrap.dedent(
         f"""
         import numpy as np
-        from envs.env_utils import make_eval_env
+        from envs.ogbench import make_eval_env
         from log_utils import Logger
         from runner.seed_group import evaluate_and_log
         from types import SimpleNamespace

@@ -4,7 +4,6 @@ command line as one `error: <message>` line with exit status 2 (argparse scripts
 import argparse
 import os
 import sys
-import threading
 import warnings
 from typing import Optional
 
@@ -96,45 +95,3 @@ def use_compilation_cache(folder: Optional[str]):
     jax.config.update("jax_compilation_cache_dir", folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-
-
-# Held while `load_if_cached` has JAX's compile function swapped: two calls at once (in two threads) would each
-# restore what the other installed.
-_SWAP = threading.Lock()
-
-
-def load_if_cached(lowered):
-    """`lowered.compile()` (a `jax.stages.Lowered` -> `jax.stages.Compiled`) when JAX's persistent compilation cache
-    holds its program: a load, well under a second, after which calling the jitted function with the same shapes
-    neither lowers nor compiles. Without an entry (or a cache) nothing is compiled and None is returned: a start
-    that compiled here, while its env builds, would keep a bad input's error waiting for the compile (seconds on a
-    CPU, more on a GPU). JAX offers no public "load only" call: XLA's compile function
-    (`jax._src.compiler.backend_compile`, reached only on a cache miss) is swapped, for this thread and this call,
-    for one that stops it. Never raises: any failure (a JAX whose internals moved too) is None, and the real call
-    then compiles as without this."""
-
-    class _Miss(Exception):
-        pass
-
-    try:
-        from jax._src import compiler
-    except Exception:  # noqa: BLE001 - another JAX: nothing loaded ahead
-        return None
-    caller = threading.get_ident()
-    with _SWAP:
-        compile_ = getattr(compiler, "backend_compile", None)
-        if compile_ is None:
-            return None
-
-        def stop_on_miss(*args, **kwargs):
-            if threading.get_ident() == caller:
-                raise _Miss
-            return compile_(*args, **kwargs)
-
-        compiler.backend_compile = stop_on_miss
-        try:
-            return lowered.compile()
-        except Exception:  # noqa: BLE001 - _Miss, or anything else: no program loaded, the real call compiles
-            return None
-        finally:
-            compiler.backend_compile = compile_

@@ -20,20 +20,35 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import glob
 import importlib.metadata
 import os
 import re
 import shlex
-import zipfile
-import zlib
 from typing import Callable
 
 import gymnasium
 import numpy as np
+import ogbench.locomaze  # noqa: F401  (registers the locomotion envs with gymnasium)
 import ogbench.manipspace  # noqa: F401  (registers the manipulation envs with gymnasium)
-from ogbench.relabel_utils import relabel_dataset
 
+from envs import provenance
+from envs.common import (
+    DataOptions,
+    EnvAndDatasets,
+    EnvName,
+    EpisodeMonitor,
+    Family,
+    GlobalNumpySeeding,
+    ShardCycler,
+    check_shards,
+    cut_and_sparsify,
+    dense_reward,
+    existing_val_path,
+    list_dataset_shards,
+    read_npz,
+    sparse_reward_transform,
+)
+from utils import seeding
 from utils.files import non_file_kind
 
 DEFAULT_DATASET_DIR = "~/.ogbench/data"
@@ -222,42 +237,14 @@ def parse_oraclerep_name(env_name: str) -> OGBenchName:
     return parsed
 
 
-def expert_data_error(dataset_name: str) -> str:
-    """One line: why an expert-policy dataset (humanoidmaze) cannot be generated, and the download command."""
-    return (
-        f"{dataset_name} is collected by trained expert policies (OGBench's generate_locomaze.py with its SAC "
-        f"experts), not by scripted oracles, so it cannot be generated here; download it: "
-        f"{download_command(dataset_name)}"
-    )
-
-
-def resolve_dataset_name(env_name: str, dataset_type: str | None = None) -> OGBenchName:
-    """The dataset to generate (`OGBenchName`, `domain` and `dataset_type` set) for a dataset name, a training
-    env name or `<domain>-v0`; `dataset_type` ('play' or 'noisy') defaults to the name's, else 'play'.
-    `ValueError` for an unknown name or type, a type that contradicts the name, or expert data (humanoidmaze:
-    the download command)."""
-    name = parse_ogbench_name(env_name)
-    if name is None:
-        raise ValueError(
-            f"Cannot generate a dataset for {env_name!r}: expected <domain>-<type>-v0 (e.g. "
-            f"cube-single-play-v0), a training env name, or <domain>-v0 with --dataset_type; "
-            f"domains {sorted(PUBLISHED_NUM_EPISODES)}, types {DATASET_TYPES}."
-        )
-    if name.expert_data:
-        raise ValueError(expert_data_error(OGBenchName(name.domain, EXPERT_DATASET_TYPES[0]).dataset_name))
-    if dataset_type is not None and dataset_type not in DATASET_TYPES:
-        raise ValueError(f"dataset_type must be one of {DATASET_TYPES}, got {dataset_type!r}.")
-    if name.dataset_type is not None and dataset_type is not None and dataset_type != name.dataset_type:
-        raise ValueError(f"{env_name!r} names a {name.dataset_type!r} dataset but dataset_type={dataset_type!r}.")
-    return OGBenchName(name.domain, name.dataset_type or dataset_type or "play")
-
-
 def generator_command(
     env_name: str, save_path: str | None = None, num_episodes: int | None = None, seed: int | str = 0
 ) -> str:
     """The shell command that generates the dataset of `env_name` (default `save_path`: the default data
-    directory, quoted unless it holds a shell loop's `$(`; default `num_episodes`: the published count)."""
-    name = resolve_dataset_name(env_name)
+    directory, quoted unless it holds a shell loop's `$(`; default `num_episodes`: the published count).
+    `env_name`: a dataset or training env name (its dataset)."""
+    parsed = parse_ogbench_name(env_name)
+    name = OGBenchName(parsed.domain, parsed.dataset_type or "play")
     num_episodes = num_episodes or PUBLISHED_NUM_EPISODES[name.domain]
     save_path = save_path or default_dataset_path(name.dataset_name)
     return (
@@ -281,12 +268,6 @@ def download_command(env_names: str | list[str], dataset_dir: str | None = None)
 def default_dataset_path(dataset_name: str, dataset_dir: str | None = None) -> str:
     """`<dataset_dir or ~/.ogbench/data>/<dataset_name>.npz`, user-expanded."""
     return os.path.join(os.path.expanduser(dataset_dir or DEFAULT_DATASET_DIR), f"{dataset_name}.npz")
-
-
-def val_path_for(path: str) -> str:
-    """`a/b.npz` -> `a/b-val.npz` (the companion validation file)."""
-    root, ext = os.path.splitext(path)
-    return f"{root}-val{ext or '.npz'}"
 
 
 def check_success_timing(success_timing: str) -> str:
@@ -319,7 +300,7 @@ def ogbench_metadata(env_name: str, success_timing: str = "post", env=None) -> d
 
 def timing_metadata(success_timing: str) -> dict:
     """`{'ogbench_version', 'success_timing', 'reward_timing'}`: the part of a run's env facts every OGBench
-    env shares (`ogbench_metadata`, `envs.ogbench_goals.goal_metadata`). Raises ValueError: unknown timing."""
+    env shares (`ogbench_metadata`, `goal_metadata`). Raises ValueError: unknown timing."""
     check_success_timing(success_timing)
     return {
         "ogbench_version": importlib.metadata.version("ogbench"),
@@ -328,12 +309,17 @@ def timing_metadata(success_timing: str) -> dict:
     }
 
 
+def make(env_id: str, **kwargs) -> gymnasium.Env:
+    """`gymnasium.make(env_id, **kwargs)` of an env ogbench registered."""
+    return gymnasium.make(env_id, **kwargs)
+
+
 def make_ogbench_env(env_name: str, success_timing: str = "post", **env_kwargs) -> gymnasium.Env:
     """The single-task env of a training env name (ogbench's `env_only=True`) with the success timing passed
     explicitly (docs/datasets.md, section 5); `env_kwargs` go to `gymnasium.make`. `ValueError` for an
     unsupported name or timing."""
     env_id = _parse_env_name(env_name).env_id
-    return gymnasium.make(env_id, success_timing=check_success_timing(success_timing), **env_kwargs)
+    return make(env_id, success_timing=check_success_timing(success_timing), **env_kwargs)
 
 
 def task_env(env, private: Callable[[str], gymnasium.Env], env_id: str) -> gymnasium.Env:
@@ -349,7 +335,7 @@ def _relabel_env(env_id: str) -> gymnasium.Env:
     # A private env per task for relabelling: `relabel_dataset` resets the env it is given, which must
     # never be the env a driver is in the middle of an episode with (e.g. when swapping shards). It only
     # supplies the task's targets, so its success timing does not matter.
-    return gymnasium.make(env_id)
+    return make(env_id)
 
 
 # The data the DQC paper's runs used per domain (release experiments/reproduce.py, `sizes`): a large shard set, or
@@ -470,145 +456,15 @@ def _missing_file_error(path: str, dataset_name: str, goal_conditioned: bool = F
     )
 
 
-def _looks_like_npz(path: str) -> bool:
-    """False for a file whose first bytes are neither a zip archive's nor a `.npy` array's (a text or pickle file);
-    an empty or cut file passes, to be reported as truncated when it is read."""
-    with open(path, "rb") as f:
-        head = f.read(6)
-    return not head or head.startswith(b"PK") or head == b"\x93NUMPY"
-
-
-def _read_npy_header(f) -> tuple[tuple[int, ...], bool, np.dtype]:
-    """`(shape, fortran_order, dtype)` of the `.npy` stream `f`, which is left at the array's first byte."""
-    version = np.lib.format.read_magic(f)
-    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-    return read(f)
-
-
-def npz_layout(path: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """`{name: (shape, dtype)}` of every array of the npz archive at `path`, read from the array headers only
-    (no data is loaded). `ValueError` naming the file when it is not an npz (zip) archive or a header is
-    damaged."""
-    if not _looks_like_npz(path):
-        raise ValueError(f"Dataset file {path} is not an npz archive (its bytes are not a zip file's).")
-    layout = {}
-    try:
-        with zipfile.ZipFile(path) as archive:
-            for member in archive.namelist():
-                if not member.endswith(".npy"):
-                    continue
-                with archive.open(member) as f:
-                    shape, _, dtype = _read_npy_header(f)
-                layout[member[: -len(".npy")]] = (shape, dtype)
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError, zlib.error) as e:
-        raise ValueError(f"Dataset file {path} is truncated or corrupt ({type(e).__name__}: {e}).") from None
-    return layout
-
-
-def first_transition(path: str, action_clip_eps: float | None = 1e-5) -> dict[str, np.ndarray]:
-    """`observations (1, ob)` and `actions (1, A)` of `load_ogbench_dataset(path, ...)`'s row 0, read from the head
-    of the file only (a trajectory's first row is never its last, so row 0 is the file's row 0): a run creates its
-    agent from them while the rest loads. `ValueError` for a file that is not an npz archive of such arrays."""
-    rows = {}
-    try:
-        with zipfile.ZipFile(path) as archive:
-            for key in ("observations", "actions"):
-                with archive.open(f"{key}.npy") as f:
-                    shape, fortran_order, dtype = _read_npy_header(f)
-                    if fortran_order or len(shape) < 2 or shape[0] < 1 or dtype.hasobject:
-                        raise ValueError(f"{key} has no C-ordered rows")
-                    count = int(np.prod(shape[1:]))
-                    rows[key] = np.frombuffer(f.read(count * dtype.itemsize), dtype, count).reshape(1, *shape[1:])
-    except (KeyError, zipfile.BadZipFile, EOFError, OSError, ValueError, zlib.error) as e:
-        raise ValueError(f"Dataset file {path}: no first row to read ({type(e).__name__}: {e}).") from None
-    actions = rows["actions"].astype(np.float32)
-    if action_clip_eps is not None:
-        actions = np.clip(actions, -1 + action_clip_eps, 1 - action_clip_eps)
-    return {"observations": rows["observations"].astype(np.float32), "actions": actions}
-
-
-def check_shards(paths: list[str]) -> None:
-    """Every shard after the first holds the first one's arrays, with its per-row shapes and dtypes (one domain's
-    data), read from the headers before anything loads: `ValueError` naming the first shard that does not. The
-    first shard is checked in full when it loads (`read_trajectories`, and its fit to the env)."""
-    # The per-row arrays (numbers, one row per step); metadata (strings, 0-d) may differ between shards.
-    first = {k: v for k, v in npz_layout(paths[0]).items() if len(v[0]) >= 1 and v[1].kind in "biuf"}
-    for path in paths[1:]:
-        layout = npz_layout(path)
-        missing = sorted(set(first) - set(layout))
-        if missing:
-            raise ValueError(
-                f"Dataset shard {path} lacks key(s) {missing} that the first shard {paths[0]} has; all shards of a "
-                "run must come from one dataset."
-            )
-        for key, (shape, dtype) in first.items():
-            if layout[key][0][1:] != shape[1:] or layout[key][1] != dtype:
-                raise ValueError(
-                    f"Dataset shard {path}: {key!r} is {layout[key][1]} of shape (rows, "
-                    f"{', '.join(map(str, layout[key][0][1:]))}), the first shard {paths[0]} has {dtype} of "
-                    f"(rows, {', '.join(map(str, shape[1:]))}); all shards of a run must come from one dataset."
-                )
-
-
 def read_trajectories(
     path: str, dataset_name: str, needs_buttons: bool, goal_conditioned: bool = False
 ) -> dict[str, np.ndarray]:
-    """Read and check the stored trajectory arrays of one npz file (see the module docstring)."""
+    """Read and check the stored trajectory arrays of one npz file (see the module docstring; `read_npz`)."""
     if not os.path.isfile(path):
         raise _missing_file_error(path, dataset_name, goal_conditioned)
     regenerate = f"Delete it and get it again.\n{_ways_to_get(path, dataset_name, goal_conditioned)}"
-    if not _looks_like_npz(path):  # numpy would try it as a pickle, and advise allow_pickle
-        raise ValueError(f"Dataset file {path} is not an npz archive (its bytes are not a zip file's). {regenerate}")
     keys = TRAJECTORY_KEYS + (("button_states",) if needs_buttons else ())
-    read_errors = (zipfile.BadZipFile, EOFError, OSError, ValueError, zlib.error, KeyError)
-    try:
-        npz = np.load(path, allow_pickle=False)
-    except read_errors as e:
-        raise ValueError(
-            f"Dataset file {path} is truncated or corrupt: cannot open it ({type(e).__name__}: {e}). {regenerate}"
-        ) from e
-    if not isinstance(npz, np.lib.npyio.NpzFile):
-        raise ValueError(f"Dataset file {path} is a single .npy array, not an npz archive. {regenerate}")
-    with npz:
-        missing = [k for k in keys if k not in npz.files]
-        if missing:
-            raise ValueError(f"Dataset file {path} lacks key(s) {missing} (it has {sorted(npz.files)}). {regenerate}")
-        arrays = {}
-        for k in keys:
-            try:
-                arrays[k] = npz[k]
-            except read_errors as e:
-                raise ValueError(
-                    f"Dataset file {path} is truncated or corrupt: reading {k!r} failed "
-                    f"({type(e).__name__}: {e}). {regenerate}"
-                ) from e
-
-    n = len(arrays["observations"])
-    lengths = {k: (len(v) if v.ndim else None) for k, v in arrays.items()}
-    if any(length != n for length in lengths.values()):
-        raise ValueError(f"Dataset file {path} has mismatched lengths {lengths}. {regenerate}")
-    for k in ("observations", "actions", "qpos", "qvel"):
-        if arrays[k].ndim != 2:
-            raise ValueError(f"Dataset file {path}: {k!r} must be 2-D (rows, dim), got {arrays[k].shape}.")
-    if n < 2:
-        raise ValueError(f"Dataset file {path} holds {n} row(s); at least one transition needs 2.")
-    for k in FINITE_KEYS:
-        finite = np.isfinite(arrays[k]).all(axis=tuple(range(1, arrays[k].ndim)))
-        if not finite.all():
-            bad = np.flatnonzero(~finite)
-            raise ValueError(
-                f"Dataset file {path}: {k!r} has non-finite values (NaN/inf) in {len(bad)} row(s), "
-                f"first at row {bad[0]}. {regenerate}"
-            )
-    terminals = arrays["terminals"]
-    if not np.isin(terminals, (0, 1)).all():
-        raise ValueError(f"Dataset file {path}: terminals must be 0/1, got {np.unique(terminals)[:5]}.")
-    if not terminals[-1]:
-        raise ValueError(
-            f"Dataset file {path}: the last row is not a trajectory end (terminals[-1] == 0); "
-            f"the file is incomplete. {regenerate}"
-        )
-    return arrays
+    return read_npz(path, keys, ("observations", "actions", "qpos", "qvel"), FINITE_KEYS, regenerate)
 
 
 def load_ogbench_dataset(
@@ -620,7 +476,7 @@ def load_ogbench_dataset(
     env=None,
 ) -> dict[str, np.ndarray]:
     """One OGBench npz file (a single file, a `-val` file or a shard) as relabelled transitions for the task
-    of `env_name`, in `env` or a private env (docs/datasets.md, section 4; `--sparse` is `envs.env_utils`' business).
+    of `env_name`, in `env` or a private env (docs/datasets.md, section 4; `--sparse` is `load_file`'s business).
 
     `success_timing`: rewards and masks of transition t from s_t ('pre', ogbench's loader in every version, so
     the paper's data) or s_{t+1} ('post'). Actions are clipped to `[-1 + eps, 1 - eps]` (None: as stored);
@@ -634,24 +490,14 @@ def load_ogbench_dataset(
     name = _parse_env_name(env_name)
     check_success_timing(success_timing)
     arrays = read_trajectories(path, name.dataset_name, name.has_button_states)
-
-    ends = arrays["terminals"].astype(bool)
-    starts = np.flatnonzero(~ends)  # rows that have a next state in the same trajectory
-    dataset = {
-        "observations": arrays["observations"][starts].astype(np.float32),
-        "actions": arrays["actions"][starts].astype(np.float32),
-        "next_observations": arrays["observations"][starts + 1].astype(np.float32),
-        "terminals": ends[starts + 1].astype(np.float32),
-    }
-    info_keys = ("qpos", "qvel") + (("button_states",) if name.has_button_states else ())
-    for k in info_keys:
-        dataset[k] = arrays[k][starts]
-
+    dataset, starts, info = _transitions(arrays, name, action_clip_eps)
     # The state whose reward/success step(a_t) returns: s_{t+1} (post) or s_t (pre). `starts + 1` stays in
     # the trajectory, since a start row is never a trajectory's last row.
     rows = starts + 1 if success_timing == "post" else starts
-    states = {k: arrays[k][rows] for k in info_keys}
+    states = {k: arrays[k][rows] for k in info}
     try:
+        from ogbench.relabel_utils import relabel_dataset
+
         relabel_dataset(name.env_id, task_env(env, _relabel_env, name.env_id), states)  # adds 'rewards', 'masks'
     except (ValueError, IndexError) as e:  # e.g. the qpos of another domain's objects
         raise ValueError(
@@ -659,30 +505,26 @@ def load_ogbench_dataset(
             f"({type(e).__name__}: {e}). Is it the dataset of another domain (expected {name.dataset_name})?"
         ) from e
     dataset["rewards"], dataset["masks"] = states["rewards"], states["masks"]
+    return {**dataset, **info} if keep_info else dataset
 
+
+def _transitions(arrays: dict, name: OGBenchName, action_clip_eps: float | None) -> tuple[dict, np.ndarray, dict]:
+    """`(dataset, starts, info)`: the stored rows as float32 transitions (`observations`, `next_observations`,
+    `actions` clipped to `[-1 + eps, 1 - eps]` (None: as stored), `terminals`), the stored rows they start at, and
+    `qpos`, `qvel` (, `button_states`) of those rows."""
+    ends = arrays["terminals"].astype(bool)
+    starts = np.flatnonzero(~ends)  # rows that have a next state in the same trajectory
+    actions = arrays["actions"][starts].astype(np.float32)
     if action_clip_eps is not None:
-        dataset["actions"] = np.clip(dataset["actions"], -1 + action_clip_eps, 1 - action_clip_eps)
-    if not keep_info:
-        for k in info_keys:
-            del dataset[k]
-    return dataset
-
-
-def list_dataset_shards(dataset_dir: str, dataset_name: str | None = None) -> list[str]:
-    """Sorted training shards (`*.npz` minus `*-val.npz`) of `dataset_dir` whose name starts with `dataset_name`
-    without its version (None: every npz); `FileNotFoundError` for a missing directory or no shard."""
-    dataset_dir = os.path.expanduser(dataset_dir)
-    if not os.path.isdir(dataset_dir):
-        raise FileNotFoundError(f"Dataset directory not found: {dataset_dir}")
-    prefix = re.sub(r"-v\d+$", "", dataset_name) if dataset_name else ""
-    shards = sorted(
-        p
-        for p in glob.glob(os.path.join(glob.escape(dataset_dir), f"{glob.escape(prefix)}*.npz"))
-        if not p.endswith("-val.npz")
-    )
-    if not shards:
-        raise FileNotFoundError(f"No dataset shards {prefix}*.npz (other than -val files) in {dataset_dir}")
-    return shards
+        actions = np.clip(actions, -1 + action_clip_eps, 1 - action_clip_eps)
+    dataset = {
+        "observations": arrays["observations"][starts].astype(np.float32),
+        "actions": actions,
+        "next_observations": arrays["observations"][starts + 1].astype(np.float32),
+        "terminals": ends[starts + 1].astype(np.float32),
+    }
+    info_keys = ("qpos", "qvel") + (("button_states",) if name.has_button_states else ())
+    return dataset, starts, {k: arrays[k][starts] for k in info_keys}
 
 
 def resolve_dataset_paths(env_name: str, dataset_path: str | None = None, dataset_dir: str | None = None) -> list[str]:
@@ -715,7 +557,231 @@ def resolve_dataset_paths(env_name: str, dataset_path: str | None = None, datase
     return paths
 
 
-def existing_val_path(train_paths: list[str]) -> str | None:
-    """The validation file `<stem>-val.npz` of the (first) training file if it exists, else None."""
-    val = val_path_for(train_paths[0])
-    return val if os.path.isfile(val) else None
+# ---- goal-conditioned envs with oracle goal representations (DQC; docs/datasets.md, section 10) ---------------
+
+
+def make_oraclerep_env(env_name: str, success_timing: str = "post", **env_kwargs) -> gymnasium.Env:
+    """`gymnasium.make('<domain>-v0', use_oracle_rep=True, success_timing=..., **env_kwargs)` for `env_name`, not
+    wrapped (`make_eval_env` adds the wrappers); `ValueError` for a bad name or timing."""
+    name = parse_oraclerep_name(env_name)
+    return make(name.env_id, use_oracle_rep=True, success_timing=check_success_timing(success_timing), **env_kwargs)
+
+
+@functools.lru_cache(maxsize=None)
+def _private_goal_env(env_id: str) -> gymnasium.Env:
+    # A private env per domain: `add_oracle_reps` reads the number of cubes from it, `task_names` its tasks.
+    # Never a driver's env (nothing here resets or steps it).
+    return make(env_id, use_oracle_rep=True)
+
+
+def task_names(env_name: str, env=None) -> tuple[str, ...]:
+    """The goal-conditioned env's evaluation tasks, task id `i` at position `i - 1`, e.g. ('task1_horizontal', ...)
+    for cube-single, ('task1', ..., 'task5') for puzzle and humanoidmaze; `env` as `load_oraclerep_dataset`'s.
+    `ValueError` for an unsupported name."""
+    env = task_env(env, _private_goal_env, parse_oraclerep_name(env_name).env_id)
+    return tuple(str(info["task_name"]) for info in env.unwrapped.task_infos)
+
+
+def load_oraclerep_dataset(
+    path: str, env_name: str, action_clip_eps: float | None = 1e-5, keep_info: bool = False, env=None
+) -> dict[str, np.ndarray]:
+    """One OGBench npz file (a dataset or a shard) for the goal-conditioned env `env_name`: the single-task
+    loader's rows and checks (float32 `observations`, `next_observations (T, D)`, `actions (T, A)`, clipped to
+    `[-1 + eps, 1 - eps]`, `terminals (T,)`), `oracle_reps (T, G)` of each row's state, `rewards` zeros and
+    `masks` ones (DQC's come from its windows); `keep_info` keeps `qpos`, `qvel` (, `button_states`).
+    `env`: the goal-conditioned env of `env_name` (`make_oraclerep_env`) or a function returning it, read, not
+    reset; None: a private one per domain. `FileNotFoundError` with the download (and generator) command;
+    `ValueError` for a bad name, a bad file or one of another domain."""
+    from ogbench.relabel_utils import add_oracle_reps
+
+    name = parse_oraclerep_name(env_name)
+    arrays = read_trajectories(path, name.dataset_name, name.has_button_states, goal_conditioned=True)
+    env = task_env(env, _private_goal_env, name.env_id)
+    ob_dim = env.observation_space.shape[-1]
+    if arrays["observations"].shape[-1] != ob_dim:
+        raise ValueError(
+            f"Dataset file {path} does not fit {env_name}: its observations have {arrays['observations'].shape[-1]} "
+            f"columns, the env's {ob_dim}. Is it the dataset of another domain (expected {name.dataset_name})?"
+        )
+    dataset, _, info = _transitions(arrays, name, action_clip_eps)
+    try:
+        add_oracle_reps(name.env_id, env, info)  # adds 'oracle_reps' (float32)
+    except (ValueError, IndexError) as e:  # e.g. the qpos of fewer cubes
+        raise ValueError(
+            f"Dataset file {path} does not fit {env_name}: computing the oracle goal representations failed "
+            f"({type(e).__name__}: {e}). Is it the dataset of another domain (expected {name.dataset_name})?"
+        ) from e
+    n = len(dataset["terminals"])
+    dataset.update(rewards=np.zeros(n, np.float32), masks=np.ones(n, np.float32))
+    dataset["oracle_reps"] = np.asarray(info.pop("oracle_reps"), np.float32)
+    return {**dataset, **info} if keep_info else dataset
+
+
+# ---- the family: single-task and goal-conditioned OGBench -----------------------------------------------------
+
+# Info keys the reference drops from OGBench infos (large per-step privileged/proprioceptive state).
+OGBENCH_INFO_FILTERS = (".*privileged.*", ".*proprio.*")
+# Domains whose paper runs use --sparse (docs/settings.md, per-domain table): scene and every puzzle.
+SPARSE_DOMAINS = ("scene", "puzzle")
+# Memory of one OGBench manipulation env (MuJoCo model with meshes and textures, its IK model), measured here.
+ENV_BYTES = 170 * 2**20
+
+
+def make_eval_env(env_name: str, success_timing: str = "post", **env_kwargs) -> EpisodeMonitor:
+    """One monitored env of `env_name` (single-task or goal-conditioned), not reset: a run's evaluation env (and,
+    reset once, its training env). Goal-conditioned envs reset through `GlobalNumpySeeding`. `env_kwargs` go to
+    `gymnasium.make`; `ValueError` for a bad name or timing."""
+    if is_oraclerep_env(env_name):
+        env = GlobalNumpySeeding(make_oraclerep_env(env_name, success_timing, **env_kwargs))
+    else:
+        env = make_ogbench_env(env_name, success_timing, **env_kwargs)
+    return EpisodeMonitor(env, filter_regexes=OGBENCH_INFO_FILTERS)
+
+
+def goal_metadata(env_name: str, success_timing: str = "post", env=None) -> dict:
+    """`flags.json`'s env facts of a goal-conditioned run: `timing_metadata`, `goal_conditioned`, `task_id` None
+    (every task is evaluated), `task_names`, `dataset_success_timing` None (the goal windows make the rewards)."""
+    return {
+        **timing_metadata(success_timing),
+        "goal_conditioned": True,
+        "task_id": None,
+        "task_names": list(task_names(env_name, env)),
+        "dataset_success_timing": None,
+    }
+
+
+def run_metadata(env_name: str, success_timing: str = "post", dataset_success_timing: str = "pre", env=None) -> dict:
+    """Facts to store with a run; `env` as `load_ogbench_dataset`'s. Single-task: `{'ogbench_version',
+    'success_timing', 'reward_timing', 'task_id', 'dataset_success_timing'}`; goal-conditioned: `goal_metadata`.
+    `ValueError` for a bad name or timing."""
+    check_success_timing(dataset_success_timing)
+    if is_oraclerep_env(env_name):
+        return goal_metadata(env_name, success_timing, env)
+    return {**ogbench_metadata(env_name, success_timing, env), "dataset_success_timing": dataset_success_timing}
+
+
+def load_file(path: str, env_name: str, options: DataOptions, env=None) -> dict:
+    """One file (the training file, a shard, the val file) of `env_name` with every step a run's load applies but
+    the cut (`dataset_proportion`): `load_ogbench_dataset` (`load_oraclerep_dataset`), then `--sparse`."""
+    if is_oraclerep_env(env_name):
+        dataset = load_oraclerep_dataset(path, env_name, options.action_clip_eps, env=env)
+    else:
+        dataset = load_ogbench_dataset(
+            path, env_name, options.action_clip_eps, success_timing=options.dataset_success_timing, env=env
+        )
+    return cut_and_sparsify(dataset, 1.0, options.sparse)
+
+
+def _train_env(env_name: str, success_timing: str, seed: int | None) -> EpisodeMonitor:
+    """The monitored training env, reset once from `seed`'s `env` stream (None: not reset)."""
+    env = make_eval_env(env_name, success_timing)
+    if seed is not None:
+        env.reset(seed=seeding.env_seed(seed, "env"))
+    return env
+
+
+def load(name: EnvName, options: DataOptions) -> EnvAndDatasets:
+    """The envs and offline data of an OGBench env (docs/datasets.md). The training file, or every shard of
+    `dataset_dir` (cycled by `next_shard`); the val file with `load_val`. The training env is built on a thread
+    while the file is read, then lends its task to the loader (relabelling, oracle representations) before its
+    first seeded reset. `ValueError` for a bad timing, proportion, `sparse` with goals, or data;
+    `FileNotFoundError` with the commands that make the file."""
+    import concurrent.futures
+
+    env_name, goal_conditioned = name.name, name.goal_conditioned
+    check_success_timing(options.success_timing)
+    check_success_timing(options.dataset_success_timing)
+    if goal_conditioned and options.sparse:
+        raise ValueError(
+            f"--sparse does not apply to the goal-conditioned {env_name}: it has no task reward to transform "
+            "(the goal windows make the rewards); leave --sparse=False."
+        )
+    train_paths = resolve_dataset_paths(env_name, options.dataset_path, options.dataset_dir)
+    next_shard = None
+    if len(train_paths) > 1:
+        if options.dataset_proportion < 1.0:
+            raise ValueError("dataset_proportion < 1 is not supported with a sharded dataset.")
+        check_shards(train_paths)  # every shard, before the first loads and any run folder exists
+        next_shard = ShardCycler(train_paths, functools.partial(load_file, env_name=env_name, options=options))
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="train-env")
+    env_future = pool.submit(_train_env, env_name, options.success_timing, None)
+    pool.shutdown(wait=False)
+
+    def task_env_():
+        return env_future.result().unwrapped
+
+    train = cut_and_sparsify(load_file(train_paths[0], env_name, options, task_env_), options.dataset_proportion, False)
+    val_path = existing_val_path(train_paths) if options.load_val else None
+    val = None if val_path is None else load_file(val_path, env_name, options, task_env_)
+    metadata = run_metadata(env_name, options.success_timing, options.dataset_success_timing, env=task_env_)
+    env = env_future.result()
+    env.reset(seed=seeding.env_seed(options.seed, "env"))
+    used = [(p, "train") for p in train_paths] + ([] if val is None else [(val_path, "val")])
+    datasets = [provenance.npz_provenance(p, role, options.hash_datasets) for p, role in used]
+    return EnvAndDatasets(
+        env=env,
+        eval_env_seed=seeding.env_seed(options.seed, "eval_env"),
+        train_dataset=train,
+        val_dataset=val,
+        reward_fn=sparse_reward_transform if options.sparse else dense_reward,
+        next_shard=next_shard,
+        metadata={**metadata, "env": name.record(), "datasets": datasets},
+        make_eval_env=functools.partial(make_eval_env, env_name, options.success_timing),
+        goal_conditioned=goal_conditioned,
+        task_names=tuple(metadata.get("task_names", ())),
+    )
+
+
+def envs_for_seed(env_data: EnvAndDatasets, name: EnvName, seed: int) -> EnvAndDatasets:
+    """`env_data` with the training and evaluation envs of `seed` (datasets shared, not copied), built and seeded
+    as `load` builds them for `options.seed = seed`."""
+    timing = env_data.metadata["success_timing"]
+    return dataclasses.replace(
+        env_data,
+        env=_train_env(name.name, timing, seed),
+        built_eval_env=None,  # built when first used, as in load
+        eval_env_seed=seeding.env_seed(seed, "eval_env"),
+        make_eval_env=functools.partial(make_eval_env, name.name, timing),
+    )
+
+
+def parse_env_name(env_name: str) -> EnvName | None:
+    """`Family.parse`: a single-task or goal-conditioned training env name (`SUPPORTED_PATTERNS`), else None;
+    `ValueError` for a task outside 1..5 or a dataset type the domain does not have."""
+    if _ENV_RE.match(env_name) is None and _ORACLEREP_RE.match(env_name) is None:
+        return None
+    parsed = parse_ogbench_name(env_name)
+    domain, dataset_type = parsed.domain, parsed.dataset_type
+    if parsed.oraclerep:
+        paper_domain, paper_task = domain, env_name  # the task: all of the env's evaluation goals
+    else:
+        paper_domain = domain if dataset_type == "play" else f"{domain}-{dataset_type}"
+        task = "default" if parsed.task_id is None else f"task{parsed.task_id}"
+        paper_task = f"{domain}-{dataset_type}-{task}"
+    return EnvName(
+        "ogbench", env_name, domain, dataset_type, parsed.task_id, parsed.oraclerep, paper_domain, paper_task
+    )
+
+
+def with_task(name: EnvName, task: int) -> str:
+    """`Family.with_task`: `cube-double-play-singletask[-taskN]-v0` -> `cube-double-play-singletask-task{task}-v0`."""
+    if name.goal_conditioned:
+        raise ValueError(
+            f"--tasks needs an OGBench single-task --env_name (<domain>-play-singletask[-taskN]-v0), got {name.name}"
+        )
+    if not 1 <= task <= NUM_TASKS:
+        raise ValueError(f"task {task} of {name.domain}: OGBench tasks are 1..{NUM_TASKS}.")
+    return OGBenchName(name.domain, name.dataset_type, task).env_name
+
+
+FAMILY = Family(
+    name="ogbench",
+    patterns=SUPPORTED_PATTERNS,
+    parse=parse_env_name,
+    load=load,
+    envs_for_seed=envs_for_seed,
+    renders=True,
+    env_bytes=ENV_BYTES,
+    sparse_default=lambda name: not name.goal_conditioned and name.domain.split("-")[0] in SPARSE_DOMAINS,
+    with_task=with_task,
+)

@@ -31,13 +31,15 @@ Online envs (`RobomimicLowDimEnv`) are robosuite environments created from that 
 simulator extra, `pip install -r requirements-robomimic.txt`, is imported only here, when a robomimic
 env is made). An episode ends (terminated) at the first success (`info['success'] = 1`), else it is
 truncated at the task's cap `EPISODE_CAPS` with `info['success'] = 0`. The env returns robosuite's own
-reward (1 on success, else 0 with the stored `reward_shaping=False`); the driver applies
-`online_reward_fn` (= `reward_transform`) to it, as `envs.env_utils.make_env_and_datasets` arranges.
+reward (1 on success, else 0 with the stored `reward_shaping=False`); the driver applies `reward_transform`
+to it (`EnvAndDatasets.reward_fn`).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import functools
 import importlib.metadata
 import json
 import logging
@@ -49,6 +51,17 @@ import gymnasium
 import numpy as np
 
 from envs import provenance
+from envs.common import (
+    DataOptions,
+    EnvAndDatasets,
+    EnvName,
+    EpisodeMonitor,
+    Family,
+    cut_and_sparsify,
+    never_sparse,
+    no_numbered_tasks,
+    sparse_reward_transform,
+)
 from utils import seeding
 from utils.files import non_file_kind
 
@@ -117,10 +130,6 @@ def reward_transform(rewards):
     """
     out = np.asarray(rewards, dtype=np.float32) - np.float32(1.0)
     return out[()] if out.ndim == 0 else out
-
-
-# The name envs/env_utils.py expects for the online transform: the same function.
-online_reward_fn = reward_transform
 
 
 def default_dataset_path(env_name: str, dataset_dir: str | None = None) -> str:
@@ -500,37 +509,6 @@ def make_robomimic_env(env_name: str, env_meta: dict, seed: int | None = None) -
     return RobomimicLowDimEnv(raw_env, max_episode_steps=cap, seed=seed)
 
 
-def make_env_and_datasets(
-    env_name: str,
-    dataset_path: str | None = None,
-    dataset_dir: str | None = None,
-    seed: int = 0,
-    action_clip_eps: float | None = 1e-5,
-):
-    """`(env, eval_env, train_dataset, None)` of a robomimic task for `envs.env_utils.make_env_and_datasets`:
-    unwrapped `RobomimicLowDimEnv`s seeded from `seed`, the training data of `dataset_path` (else
-    `<dataset_dir or ~/.robomimic>/<task>/<type>/low_dim_v15.hdf5`) with rewards transformed, no validation
-    split. `ValueError` for a bad name or file, `FileNotFoundError` (where to get it), `ImportError` (how to
-    install the extra)."""
-    path = resolve_dataset_path(env_name, dataset_path, dataset_dir)
-    check_dataset_file(path, env_name)
-    env_meta = load_env_meta(path)
-    train = load_robomimic_dataset(path, action_clip_eps)
-    env_seed, eval_seed = seeding.env_seed(seed, "env"), seeding.env_seed(seed, "eval_env")  # utils/seeding.py
-    env = make_robomimic_env(env_name, env_meta, seed=env_seed)
-    eval_env = make_robomimic_env(env_name, env_meta, seed=eval_seed)
-    if env.action_space.shape[-1] != train["actions"].shape[-1]:
-        raise ValueError(
-            f"{path}: actions have {train['actions'].shape[-1]} dims, the env takes {env.action_space.shape[-1]}."
-        )
-    if env.observation_space.shape[-1] != train["observations"].shape[-1]:
-        raise ValueError(
-            f"{path}: observations have {train['observations'].shape[-1]} dims, the env gives "
-            f"{env.observation_space.shape[-1]}."
-        )
-    return env, eval_env, train, None
-
-
 def run_metadata(env_name: str) -> dict:
     """Facts to store with a run: robosuite/mujoco versions, episode cap, reward transform (imports no simulator)."""
     versions = {}
@@ -545,3 +523,81 @@ def run_metadata(env_name: str) -> dict:
         "episode_cap": episode_cap(env_name),
         "reward_transform": "r - 1 (offline and online)",
     }
+
+
+# ---- the family -----------------------------------------------------------------------------------------------
+
+# Memory of one robosuite env (its MuJoCo model), an upper bound of what was measured here.
+ENV_BYTES = 170 * 2**20
+
+
+def make_eval_env(env_name: str, env_meta: dict, seed: int | None = None) -> EpisodeMonitor:
+    """One monitored env of `env_name` from a dataset's env metadata (`load_env_meta`), its simulator seeded from
+    `seed`, not reset; `ImportError` without the simulator extra."""
+    return EpisodeMonitor(make_robomimic_env(env_name, env_meta, seed=seed))
+
+
+def _envs(name: EnvName, env_meta: dict, seed: int, build_eval_env: bool) -> dict:
+    """The `EnvAndDatasets` fields of `seed`'s envs: the training env (reset once), the evaluation env's maker and,
+    with `build_eval_env`, the evaluation env itself (reset once)."""
+    env = make_eval_env(name.name, env_meta, seed=seeding.env_seed(seed, "env"))
+    env.reset(seed=seeding.env_seed(seed, "env"))
+    eval_seed = seeding.env_seed(seed, "eval_env")
+    make = functools.partial(make_eval_env, name.name, env_meta, eval_seed)
+    eval_env = make() if build_eval_env else None
+    if eval_env is not None:
+        eval_env.reset(seed=eval_seed)
+    return {"env": env, "make_eval_env": make, "eval_env_seed": eval_seed, "built_eval_env": eval_env}
+
+
+def load(name: EnvName, options: DataOptions) -> EnvAndDatasets:
+    """The envs and offline data of a robomimic task: the hdf5 file of `options.dataset_path` (else under
+    `options.dataset_dir` or `~/.robomimic`), checked and recorded once, rewards `reward_transform`ed offline and
+    online (then `--sparse`, if asked). `ValueError` for a bad file or one that does not fit the env;
+    `FileNotFoundError` (where to get it); `ImportError` (how to install the simulator extra)."""
+    path = resolve_dataset_path(name.name, options.dataset_path, options.dataset_dir)
+    record = dataset_provenance(path, name.name, options.hash_datasets)  # checks the file (check_dataset_file)
+    env_meta = load_env_meta(path)
+    train = cut_and_sparsify(load_robomimic_dataset(path, options.action_clip_eps), options.dataset_proportion,
+                             options.sparse)  # fmt: skip
+    envs = _envs(name, env_meta, options.seed, build_eval_env=True)
+    for field, space in (("actions", envs["env"].action_space), ("observations", envs["env"].observation_space)):
+        if space.shape[-1] != train[field].shape[-1]:
+            raise ValueError(f"{path}: {field} have {train[field].shape[-1]} dims, the env has {space.shape[-1]}.")
+    reward_fn = (lambda r: sparse_reward_transform(reward_transform(r))) if options.sparse else reward_transform
+    return EnvAndDatasets(
+        train_dataset=train,
+        val_dataset=None,
+        reward_fn=reward_fn,
+        metadata={**run_metadata(name.name), "env": name.record(), "datasets": [record]},
+        **envs,
+    )
+
+
+def envs_for_seed(env_data: EnvAndDatasets, name: EnvName, seed: int) -> EnvAndDatasets:
+    """`env_data` with the envs of `seed` (datasets shared), as `load` builds them for `options.seed = seed`."""
+    env_meta = load_env_meta(env_data.metadata["datasets"][0]["path"])
+    return dataclasses.replace(env_data, **_envs(name, env_meta, seed, build_eval_env=False))
+
+
+def parse_env_name(env_name: str) -> EnvName | None:
+    """`Family.parse`: `<task>-<mh|ph>-low_dim`, else None. The papers ran the multi-human data: its curves are
+    named by the task alone (`lift`), others keep their type (`lift-ph`)."""
+    m = _NAME_RE.match(env_name)
+    if m is None:
+        return None
+    label = m["task"] if m["type"] == "mh" else f"{m['task']}-{m['type']}"
+    return EnvName("robomimic", env_name, m["task"], m["type"], None, False, label, label)
+
+
+FAMILY = Family(
+    name="robomimic",
+    patterns=(SUPPORTED_PATTERN,),
+    parse=parse_env_name,
+    load=load,
+    envs_for_seed=envs_for_seed,
+    renders=False,
+    env_bytes=ENV_BYTES,
+    sparse_default=never_sparse,
+    with_task=no_numbered_tasks,
+)
