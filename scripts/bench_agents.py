@@ -69,7 +69,6 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 import bench_reference  # noqa: E402
-
 from utils.startup import ArgumentParser  # noqa: E402
 
 QCFQL = dict(actor_type="distill-ddpg", alpha=100.0)

@@ -15,6 +15,7 @@ import shutil
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
+
 from plot_paper import PAPER_OFFLINE_STEPS
 from plot_runs import ROBOMIMIC_DOMAINS, Run, task_key
 from plot_stats import stratified_interval

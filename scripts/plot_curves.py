@@ -100,7 +100,6 @@ from plot_runs import (  # noqa: E402,F401
 )
 from plot_stats import bootstrap_curve, compute_curves  # noqa: E402,F401
 from plot_table import build_table, write_curves_csv  # noqa: E402
-
 from utils.startup import ArgumentParser  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------ command line

@@ -9,6 +9,7 @@ import re
 from typing import Dict, Optional, Sequence
 
 import numpy as np
+
 from plot_paper import PaperCurve, paper_curve
 from plot_runs import Run, panel_of, sorted_labels, sorted_panels, task_key
 from plot_stats import Curve, stratified_interval

@@ -32,7 +32,6 @@ for _path in (ROOT, os.path.join(ROOT, "scripts")):
         sys.path.insert(0, _path)
 
 import sweep  # noqa: E402
-
 from runner import methods  # noqa: E402
 
 # The paper's OGBench domains (docs/settings.md); cube-quadruple trains on the 100M shard set instead.

@@ -112,7 +112,7 @@ def _with_plugin(argv, plugin_file):
 
 def check_sweep(argv, tmp_path, capsys, monkeypatch):
     """`python scripts/sweep.py <argv> --dry_run`, with run directories under `tmp_path` and no cluster asked."""
-    monkeypatch.setattr(sweep.sweep_slurm, "slurm_answers", lambda: False)
+    monkeypatch.setattr(sweep.slurm, "slurm_answers", lambda: False)
     own, fixed = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     args = sweep.make_parser().parse_args([*own, f"--save_dir={tmp_path}"])
     args.dry_run = True
