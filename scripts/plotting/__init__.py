@@ -2,6 +2,6 @@
 `paper` (the paper's released curves), `figure` (figure, styles, legend), `table` (`table.md`, `curves.csv`) and
 `compare` (`--compare`: our runs against the released curves).
 
-Importable as `plotting.*` because a command run as `python scripts/<command>.py` has scripts/ first on `sys.path`
-(tests: `pythonpath` in pyproject.toml).
+Importable as `plotting.*` with no `sys.path` edit: Python starts `python scripts/<command>.py` with scripts/ as
+`sys.path[0]` (the tests: pytest's `pythonpath` in pyproject.toml). Nothing here is run as a program.
 """
