@@ -65,11 +65,9 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, ROOT)  # the repository's packages; scripts/ (the parts' packages) is sys.path[0] already
 
 import bench_reference  # noqa: E402
-
 from utils.startup import ArgumentParser  # noqa: E402
 
 QCFQL = dict(actor_type="distill-ddpg", alpha=100.0)

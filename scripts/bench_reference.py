@@ -58,7 +58,9 @@ import subprocess
 import sys
 import time
 
-OUR_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # the repository's packages; scripts/ (the parts' packages) is sys.path[0] already
+
 WORKERS = ("ours", "reference")
 METHODS = {
     "qcfql": dict(actor_type="distill-ddpg", alpha=100.0),  # QC-FQL
@@ -109,9 +111,7 @@ FORWARDED = (
 
 
 def parse_args(argv=None):
-    if OUR_ROOT not in sys.path:  # run as `python scripts/bench_reference.py`: for utils.startup only (workers isolate)
-        sys.path.insert(0, OUR_ROOT)
-    from utils.startup import ArgumentParser
+    from utils.startup import ArgumentParser  # ours, in a worker too: run_worker isolates the path after this
 
     p = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
@@ -285,8 +285,8 @@ def _jsonable(config):
 
 def run_worker(args):
     """Time `agent.update` of one implementation; print one JSON line."""
-    root = OUR_ROOT if args.worker == "ours" else args.reference_dir
-    _isolate_path(root, args.reference_dir if args.worker == "ours" else OUR_ROOT)
+    root = ROOT if args.worker == "ours" else args.reference_dir
+    _isolate_path(root, args.reference_dir if args.worker == "ours" else ROOT)
     import jax
     import numpy as np
 
@@ -362,7 +362,7 @@ def spawn(worker, args):
     proc = subprocess.run(
         cmd,
         env=env,
-        cwd=OUR_ROOT if worker == "ours" else args.reference_dir,
+        cwd=ROOT if worker == "ours" else args.reference_dir,
         capture_output=True,
         text=True,
         timeout=args.timeout,

@@ -10,13 +10,13 @@ one line per figure it measures. To add a section, write the function and add it
 Sections import what they need themselves, so one section's dependencies never slow another.
 """
 
+import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-# Make the repository root importable when run as `python scripts/benchmark.py`.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # the repository's packages; scripts/ (the parts' packages) is sys.path[0] already
 
 from utils.startup import ArgumentParser  # noqa: E402
 

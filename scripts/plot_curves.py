@@ -5,9 +5,9 @@ Usage:
     python scripts/plot_curves.py 'exp/*/2026*_cube-double-*' --per_task --out_dir=plots/cube_double
     python scripts/plot_curves.py --wandb_project=ENTITY/qc --wandb_group=my_sweep --out_dir=plots/wandb
 
-This file is the command line and tells the story; its parts sit beside it in scripts/: plot_runs.py
-(reading runs, labels, order), plot_stats.py (bootstrap), plot_paper.py (the paper's released curves),
-plot_figure.py (figure, styles, legend) and plot_table.py (`table.md`, `curves.csv`).
+This file is the command line and tells the story; its parts sit beside it in scripts/plotting/: runs.py
+(reading runs, labels, order), stats.py (bootstrap), paper.py (the paper's released curves), figure.py (figure,
+styles, legend), table.py (`table.md`, `curves.csv`) and compare.py (`--compare`).
 
 Inputs. Each argument is a run directory (it holds `flags.json`), a directory searched recursively
 for run directories (a sweep's group directory works as one argument) or a glob (expanded here,
@@ -17,7 +17,7 @@ content and the curve is the history of `eval/success` against the step it was l
 environment step).
 
 Groups. Runs are grouped by a label derived from the resolved agent config in `flags.json`, not from
-`--method` (`plot_runs.label_of` and `describe`): a config of a paper method (the agent's
+`--method` (`plotting.runs.label_of` and `describe`): a config of a paper method (the agent's
 `method_of`) is labelled with the method's name plus each setting where it differs from the paper's
 values for its domain (`h=3`, `N=16`, `alpha=100`) and every other key that differs from the agent's
 defaults; any other config (an agent the registry does not know, a config with keys its registered
@@ -62,23 +62,13 @@ import sys
 import tempfile
 from typing import List, Optional, Sequence
 
-# The repository root (agents, runner) and scripts/ (this script's parts) are importable when this file runs
-# as `python scripts/plot_curves.py` and when it is loaded by path (tests/test_plot_curves.py).
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-for _path in (ROOT, os.path.join(ROOT, "scripts")):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
+sys.path.insert(0, ROOT)  # the repository's packages; scripts/ (the parts' packages) is sys.path[0] already
 
-# The parts, reachable as attributes of this module (tests: `plot_curves.plot_figure._isolated`).
-import plot_compare  # noqa: E402
-import plot_figure  # noqa: E402,F401
-import plot_paper  # noqa: E402,F401
-import plot_runs  # noqa: E402,F401
-import plot_stats  # noqa: E402,F401
-import plot_table  # noqa: E402,F401
-from plot_figure import DPI, METHOD_STYLES, draw_figure, figure_size  # noqa: E402,F401 - this module's interface
-from plot_paper import PAPER_OFFLINE_STEPS, load_paper  # noqa: E402
-from plot_runs import (  # noqa: E402,F401
+import plotting.compare  # noqa: E402
+from plotting.figure import DPI, METHOD_STYLES, draw_figure, figure_size  # noqa: E402,F401 - this module's interface
+from plotting.paper import PAPER_OFFLINE_STEPS, load_paper  # noqa: E402
+from plotting.runs import (  # noqa: E402,F401
     METHOD_ORDER,
     InputError,
     Run,
@@ -98,9 +88,8 @@ from plot_runs import (  # noqa: E402,F401
     warn,
     warn_about_labels,
 )
-from plot_stats import bootstrap_curve, compute_curves  # noqa: E402,F401
-from plot_table import build_table, write_curves_csv  # noqa: E402
-
+from plotting.stats import bootstrap_curve, compute_curves  # noqa: E402,F401
+from plotting.table import build_table, write_curves_csv  # noqa: E402
 from utils.startup import ArgumentParser  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------ command line
@@ -264,13 +253,13 @@ def run(args, wandb_api=None) -> int:
     if args.compare:
         if not paper:
             raise InputError("--compare needs the paper's curves: drop --no_paper")
-        rows = plot_compare.compare_rows(runs, paper, args.reps, args.seed)
+        rows = plotting.compare.compare_rows(runs, paper, args.reps, args.seed)
         with open(os.path.join(args.out_dir, "compare.md"), "w") as f:
-            f.write(plot_compare.compare_table(rows, inputs.strip()))
-        plot_compare.write_compare_csv(os.path.join(args.out_dir, "compare.csv"), rows)
+            f.write(plotting.compare.compare_table(rows, inputs.strip()))
+        plotting.compare.write_compare_csv(os.path.join(args.out_dir, "compare.csv"), rows)
         if rows:
-            plot_compare.draw_compare(rows, paper, os.path.join(args.out_dir, "compare.png"))
-            plot_compare.copy_records(rows, args.out_dir)
+            plotting.compare.draw_compare(rows, paper, os.path.join(args.out_dir, "compare.png"))
+            plotting.compare.copy_records(rows, args.out_dir)
         said = ", ".join(f"{sum(r.verdict == v for r in rows)} {v}" for v in ("reproduced", "below", "above"))
         print(f"compared {len(rows)} (task, method, step) rows with the released curves: {said}")
     longest = max(int(r.x(offset).max()) for r in runs)

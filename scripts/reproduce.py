@@ -27,12 +27,9 @@ import sys
 from typing import List, Optional, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-for _path in (ROOT, os.path.join(ROOT, "scripts")):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
+sys.path.insert(0, ROOT)  # the repository's packages; scripts/ (the parts' packages) is sys.path[0] already
 
 import sweep  # noqa: E402
-
 from runner import methods  # noqa: E402
 
 # The paper's OGBench domains (docs/settings.md); cube-quadruple trains on the 100M shard set instead.

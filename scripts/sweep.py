@@ -32,9 +32,9 @@ one seed per process (the commands of S=1). A group of one seed is an ordinary r
 Finished runs (`<run_dir>/DONE.json`) are skipped; running the same command again (same `--sweep_name`) relaunches
 the others with `--resume`, so they continue from their latest saved state.
 
-Executors. Each run is a `SweepRun` (scripts/sweep_run.py). `local` (scripts/sweep_local.py): at most
+Executors. Each run is a `SweepRun` (scripts/sweeping/run.py). `local` (scripts/sweeping/local.py): at most
 `--max_parallel` runs at once as subprocesses of this script, one log per run (`<save_dir>/<sweep>/logs/<name>.log`),
-a summary at the end, exit status 1 if a run failed. `slurm` (scripts/sweep_slurm.py): one job array through submitit
+a summary at the end, exit status 1 if a run failed. `slurm` (scripts/sweeping/slurm.py): one job array through submitit
 (`--partition`, `--gpus_per_job`, `--cpus_per_job`, `--mem_gb`, `--time_min`, `--array_parallelism`, any other
 option with `--sbatch`), checked against the cluster before it is submitted; SLURM sends SIGUSR1
 `--slurm_signal_delay_s` seconds before the time limit, the driver writes its state and exits with status 3, and the
@@ -58,20 +58,14 @@ import shlex
 import sys
 from typing import List, Optional, Sequence, Tuple
 
-# The repository root (the drivers' modules) and scripts/ (the sweep's other modules) are importable when this file
-# runs as `python scripts/sweep.py` and when it is loaded by path (tests/test_sweep.py).
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-for _path in (ROOT, os.path.join(ROOT, "scripts")):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
-
-import sweep_local  # noqa: E402
-import sweep_slurm  # noqa: E402
-from sweep_local import run_local  # noqa: E402,F401 - part of this module's interface (tests)
-from sweep_run import DONE_FILE, InputError, RunFailed, SweepRun, int_at_least  # noqa: E402,F401
-from sweep_slurm import make_slurm_executor, run_slurm, sbatch_preview  # noqa: E402,F401
+sys.path.insert(0, ROOT)  # the repository's packages; scripts/ (the parts' packages) is sys.path[0] already
 
 from runner import methods  # noqa: E402
+from sweeping import local, slurm  # noqa: E402
+from sweeping.local import run_local  # noqa: E402,F401 - part of this module's interface (tests)
+from sweeping.run import DONE_FILE, InputError, RunFailed, SweepRun, int_at_least  # noqa: E402,F401
+from sweeping.slurm import make_slurm_executor, run_slurm, sbatch_preview  # noqa: E402,F401
 from utils.startup import ArgumentParser  # noqa: E402
 
 DRIVERS = {"main.py": "main", "main_online.py": "main_online"}
@@ -396,7 +390,7 @@ def build_runs(args, fixed: List[str]) -> List[SweepRun]:
     if tasks is not None:
         with_task(base_env, 1)  # raises for an env without tasks
         fixed = without_flag(fixed, "env_name")
-    python = sweep_slurm.job_python(args) if args.executor == "slurm" else sys.executable
+    python = slurm.job_python(args) if args.executor == "slurm" else sys.executable
     driver_path = args.driver_path
     cwd = os.getcwd()
 
@@ -552,8 +546,8 @@ def make_parser() -> argparse.ArgumentParser:
         help="Most relaunches of one run with --resume (SLURM requeues after a preemption or the time limit, and "
         "relaunches after an exit status 3 the sweep did not cause) before it counts as failed (default: 10).",
     )
-    sweep_local.add_arguments(parser)
-    sweep_slurm.add_arguments(parser)
+    local.add_arguments(parser)
+    slurm.add_arguments(parser)
     return parser
 
 
@@ -624,7 +618,7 @@ def run(args, fixed: List[str]) -> int:
         args.sweep_name = datetime.datetime.now().strftime("sweep_%Y%m%d_%H%M%S")
     if not re.fullmatch(f"[{NAME_CHARS}]+", args.sweep_name) or args.sweep_name in (".", ".."):
         raise InputError(f"--sweep_name={args.sweep_name}: use only the characters [{NAME_CHARS}]")
-    sweep_slurm.check_args(args)
+    slurm.check_args(args)
     if os.path.exists(args.save_dir) and not os.path.isdir(args.save_dir):
         raise InputError(f"--save_dir={args.save_dir} is a file, not a directory")
     args.driver_path = resolve_driver(args.driver)
@@ -636,14 +630,14 @@ def run(args, fixed: List[str]) -> int:
         print(f"skip (finished, {', '.join(run.done_paths)}): {run.name}", file=sys.stderr)
     queued = {}
     if args.executor == "slurm" and not args.dry_run:
-        sweep_slurm.check_environment(args)
+        slurm.check_environment(args)
         if not args.ignore_queued:
-            todo, queued = sweep_slurm.skip_queued(todo, args)
+            todo, queued = slurm.skip_queued(todo, args)
     if args.dry_run:
         for run in todo:
             print(shlex.join(run.command))
         if args.executor == "slurm" and todo:
-            sweep_slurm.dry_run(args, len(todo))
+            slurm.dry_run(args, len(todo))
         return 0
     how = f"at most {args.max_parallel} at once" if args.executor == "local" else "one SLURM job array"
     per_process = f" (processes of up to {args.seeds_per_process} seeds)" if args.seeds_per_process > 1 else ""

@@ -1,7 +1,6 @@
 """The benchmark scripts refuse bad arguments with one argparse error line (exit status 2), before timing anything;
 the overhead section's workers run."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -9,18 +8,11 @@ import sys
 
 import pytest
 
+import bench_agents
+import bench_reference
+import benchmark
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _script(name):
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))  # bench_agents imports its sibling bench_reference
-    try:
-        spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "scripts", f"{name}.py"))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(os.path.join(ROOT, "scripts"))
-    return module
 
 
 @pytest.mark.parametrize(
@@ -39,14 +31,14 @@ def _script(name):
 )
 def test_bench_agents_bad_arguments(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
-        _script("bench_agents").parse_args(argv)
+        bench_agents.parse_args(argv)
     assert e.value.code == 2 and message in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv", [["--repeats=0"], ["--warmup=-1"]])
 def test_benchmark_bad_arguments(argv, capsys):
     with pytest.raises(SystemExit) as e:
-        _script("benchmark").main(argv)
+        benchmark.main(argv)
     assert e.value.code == 2 and "must be >= 1 and --warmup" in capsys.readouterr().err
 
 
@@ -64,22 +56,22 @@ def test_bench_reference_baselines_bad_arguments(argv, message, tmp_path, capsys
     (tmp_path / "agents" / "acfql.py").write_text("")
     argv = [a.replace("REF", str(tmp_path)) for a in argv]
     with pytest.raises(SystemExit) as e:
-        _script("bench_reference").parse_args(argv)
+        bench_reference.parse_args(argv)
     assert e.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_bench_reference_baselines_default_to_one_step(tmp_path):
     (tmp_path / "agents").mkdir()
     (tmp_path / "agents" / "ifql.py").write_text("")
-    bench = _script("bench_reference")
-    args = bench.parse_args(["--method=ifql", f"--reference_dir={tmp_path}"])
-    assert args.h == 1 and bench.AGENTS["ifql"] == ("ifql", "IFQLAgent")
-    assert bench.parse_args(["--method=qc", f"--reference_dir={tmp_path}", "--worker=ours"]).h == 5
+    args = bench_reference.parse_args(["--method=ifql", f"--reference_dir={tmp_path}"])
+    assert args.h == 1 and bench_reference.AGENTS["ifql"] == ("ifql", "IFQLAgent")
+    assert bench_reference.parse_args(["--method=qc", f"--reference_dir={tmp_path}", "--worker=ours"]).h == 5
     # The release's batches: the one-step window's numbers without the window axis.
     import numpy as np
 
-    batch = bench.make_batches(bench.parse_args(["--method=ifql", f"--reference_dir={tmp_path}", "--batch=3"]))[0]
-    single = bench.single_step(batch)
+    args = bench_reference.parse_args(["--method=ifql", f"--reference_dir={tmp_path}", "--batch=3"])
+    batch = bench_reference.make_batches(args)[0]
+    single = bench_reference.single_step(batch)
     assert single["observations"].shape == (3, 40) and single["actions"].shape == (3, 5)
     assert single["rewards"].shape == (3,) and np.array_equal(single["next_actions"], batch["next_actions"][:, 0])
 

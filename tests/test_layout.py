@@ -3,6 +3,11 @@
 Layers, bottom up: `utils/` (leaf modules); `envs/` and `agents/`; `log_utils.py` and
 `evaluation.py`; the drivers' kit `runner/`; the drivers `main.py`, `main_online.py` and `scripts/`.
 Imports inside functions count too. The repository root holds only the card's modules.
+
+`scripts/` holds only commands (what a user runs: `python scripts/X.py`, `bash scripts/X.sh`); a command's parts
+live in a package beside it (`scripts/plotting/`, `scripts/sweeping/`), imported as `plotting.runs` because a
+command has scripts/ as `sys.path[0]`. Only a command touches `sys.path`, with one line that puts the repository
+root there; a part never imports a command.
 """
 
 import ast
@@ -27,6 +32,10 @@ ROOT_ENTRIES = {
 }  # fmt: skip
 # No module grows past this many lines (scripts included).
 MAX_LINES = 800
+SCRIPTS = os.path.join(ROOT, "scripts")
+# The one sys.path statement a command may hold, at module level after `ROOT = <the repository root>`.
+ROOT_ON_PATH = "sys.path.insert(0, ROOT)"
+LIST_CHANGES = ("insert", "append", "extend", "remove", "pop", "clear", "reverse", "sort", "__setitem__", "__iadd__")
 
 
 def project_modules():
@@ -45,7 +54,12 @@ def project_modules():
 
 
 def imports_of(path, modules):
-    """Project modules imported anywhere in the file at ``path``."""
+    """Project modules imported anywhere in the file at ``path``.
+
+    A module under scripts/ runs with the repository root and then scripts/ on `sys.path`: its `import plotting.runs`
+    is `scripts.plotting.runs` when the root has no `plotting`.
+    """
+    prefixes = ("", "scripts.") if os.path.commonpath([path, SCRIPTS]) == SCRIPTS else ("",)
     found = set()
     for node in ast.walk(ast.parse(open(path).read())):
         names = []
@@ -54,10 +68,13 @@ def imports_of(path, modules):
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
         for name in names:
-            while name and name not in modules:
-                name = name.rpartition(".")[0]
-            if name:
-                found.add(name)
+            for prefix in prefixes:  # in sys.path's order: the repository root first
+                resolved = prefix + name
+                while resolved and resolved not in modules:
+                    resolved = resolved.rpartition(".")[0]
+                if resolved:
+                    found.add(resolved)
+                    break
     return found
 
 
@@ -104,3 +121,90 @@ def test_root_holds_only_the_cards_modules():
 def test_no_module_is_longer_than_the_limit():
     long = {m: n for m, p in project_modules().items() if (n := sum(1 for _ in open(p))) > MAX_LINES}
     assert not long, long
+
+
+def _commands_and_parts():
+    """``(commands, parts)``: module name -> path of the top-level scripts/*.py and of the modules in scripts/'s
+    subfolders."""
+    modules = {m: p for m, p in project_modules().items() if m.startswith("scripts.")}
+    commands = {m: p for m, p in modules.items() if os.path.dirname(p) == SCRIPTS}
+    return commands, {m: p for m, p in modules.items() if m not in commands}
+
+
+def _has_main_block(path):
+    return any(
+        isinstance(node, ast.If) and ast.unparse(node.test) in ("__name__ == '__main__'", "'__main__' == __name__")
+        for node in ast.parse(open(path).read()).body
+    )
+
+
+def _sys_path_statements(tree):
+    """Every node of `tree` that changes `sys.path`: a call of one of its list methods that change a list, or an
+    assignment to it or to a slice of it."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in LIST_CHANGES:
+            if ast.unparse(node.func.value) == "sys.path":
+                found.append(node)
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                base = target.value if isinstance(target, ast.Subscript) else target
+                if ast.unparse(base) == "sys.path":
+                    found.append(node)
+    return found
+
+
+def test_scripts_holds_only_commands_and_their_parts_packages():
+    """Top level: commands (a `.py` with an `if __name__ == "__main__":` block, or a shell script); a folder is a
+    package of a command's parts (`__init__.py`, no module of it is run as a program) or holds no Python at all
+    (`slurm/`: shell tools)."""
+    entries = {e for e in os.listdir(SCRIPTS) if not e.startswith(".") and e != "__pycache__"}
+    assert {"sweep.py", "plot_curves.py", "plotting", "sweeping"} <= entries
+    for entry in sorted(entries):
+        path = os.path.join(SCRIPTS, entry)
+        if os.path.isdir(path):
+            python = sorted(n for n in os.listdir(path) if n.endswith(".py"))
+            if not python:
+                continue
+            assert "__init__.py" in python, f"scripts/{entry}/ holds Python modules but is not a package"
+            for name in python:
+                assert not _has_main_block(os.path.join(path, name)), f"scripts/{entry}/{name} is run as a command"
+        elif entry.endswith(".py"):
+            assert _has_main_block(path), f"scripts/{entry} is no command (no __main__ block): move it to a package"
+        else:
+            assert entry.endswith(".sh"), f"scripts/{entry}: neither a command nor a package"
+
+
+def test_only_commands_touch_sys_path_each_with_one_line():
+    """A part of a command is imported as `package.module` and never edits `sys.path`; a command's only module-level
+    `sys.path` statement puts the repository root first (`ROOT = os.path.dirname(...)` of scripts/). Inside its
+    functions a command may (bench_reference.py's worker makes the authors' repository root the only one)."""
+    commands, parts = _commands_and_parts()
+    assert {"scripts.sweeping", "scripts.sweeping.run", "scripts.plotting.runs"} <= set(parts)
+    assert {"scripts.sweep", "scripts.plot_curves"} <= set(commands)
+    for module, path in parts.items():
+        found = _sys_path_statements(ast.parse(open(path).read()))
+        assert not found, f"{module} changes sys.path: {[ast.unparse(n) for n in found]}"
+    for module, path in commands.items():
+        tree = ast.parse(open(path).read())
+        functions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+        top = [n for n in tree.body if not isinstance(n, functions) and _sys_path_statements(n)]
+        assert [ast.unparse(n) for n in top] in ([], [ROOT_ON_PATH]), f"{module}: {[ast.unparse(n) for n in top]}"
+        if top:
+            roots = [n for n in tree.body[: tree.body.index(top[0])] if isinstance(n, ast.Assign)]
+            assert any(
+                ast.unparse(n) == "ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))" for n in roots
+            ), f"{module}: ROOT is not the repository root before {ROOT_ON_PATH}"
+
+
+def test_parts_never_import_a_command():
+    """Commands sit above their parts: a part that imported a command would run the command's set-up."""
+    commands, parts = _commands_and_parts()
+    modules = project_modules()
+    for module, path in parts.items():
+        imported = imports_of(path, modules) & set(commands)
+        assert not imported, f"{module} imports the command(s) {sorted(imported)}"
+    # Resolved as the command sees it: plot_curves imports its parts, a part imports its siblings.
+    assert "scripts.plotting.compare" in imports_of(commands["scripts.plot_curves"], modules)
+    assert "scripts.sweeping.run" in imports_of(parts["scripts.sweeping.slurm"], modules)

@@ -6,17 +6,16 @@ run whose online phase does not line up with the paper's axis add no row.
 """
 
 import csv
-import importlib.util
 import json
 import os
 
 import pytest
 from PIL import Image
 
+import plot_curves as pc
+import plotting.compare
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location("plot_curves", os.path.join(ROOT, "scripts", "plot_curves.py"))
-pc = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(pc)
 
 ENV = "puzzle-3x3-play-singletask-task2-v0"
 TASK = "puzzle-3x3-play-task2"
@@ -126,7 +125,7 @@ def test_markdown_table_and_figure(compared):
 
 def test_the_rule_itself():
     # A released 0.0 with an empty interval: one success in 50 episodes is within the rule, five are not.
-    compare = pc.plot_compare
+    compare = plotting.compare
     assert compare.verdict([0.02], 50, 0.0, 0.0, 0.0, 4)[3] == "reproduced"
     assert compare.verdict([0.1], 50, 0.0, 0.0, 0.0, 4)[3] == "above"
     # Without a released interval there is no verdict.

@@ -9,7 +9,6 @@ the run). Bootstraps use few resamples to stay fast.
 """
 
 import csv
-import importlib.util
 import json
 import math
 import os
@@ -19,11 +18,11 @@ import pytest
 from PIL import Image
 
 import agents
+import plot_curves as pc
+import plotting.figure
+import plotting.runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location("plot_curves", os.path.join(ROOT, "scripts", "plot_curves.py"))
-pc = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(pc)
 
 REPS = 400
 OFFLINE, ONLINE = 8000, 2000
@@ -260,7 +259,7 @@ def test_bootstrap_ragged_tasks_and_iqm():
     point, low, high, _ = pc.bootstrap_curve([np.array([[0.0], [0.2], [0.4], [1.0]])], "iqm", REPS, 0)
     assert point[0] == pytest.approx(0.3) and 0.0 <= low[0] <= point[0] <= high[0] <= 1.0
     # In the figure a value between two gaps gets its own marker and CI bar (no line reaches it).
-    assert pc.plot_figure._isolated(np.array([0.1, NAN, 0.2, 0.3, NAN, 0.4])) == [0, 5]
+    assert plotting.figure._isolated(np.array([0.1, NAN, 0.2, 0.3, NAN, 0.4])) == [0, 5]
 
 
 def test_online_only_runs_start_at_the_offline_steps(sweep):
@@ -691,7 +690,7 @@ def test_an_unknown_agent_is_plotted_beside_qc_under_its_own_label(sweep, tmp_pa
     # The figure: the paper's QC and QC-FQL beside their runs, none for the toy agent, whose style is its own.
     curves = pc.compute_curves(_runs(sweep), False, "mean", 20, 0, online_offset=0)
     paper = pc.load_paper(os.path.join(ROOT, "data", "paper"))
-    styles, paper_methods, _, legend, _ = pc.plot_figure.legend_plan(curves, paper, False)
+    styles, paper_methods, _, legend, _ = plotting.figure.legend_plan(curves, paper, False)
     assert paper_methods == ["QC", "QC-FQL"]
     assert [name for name, _, _ in legend if name] == [
         "QC",
@@ -725,7 +724,7 @@ def test_a_sweeps_arms_name_the_key_they_vary_in_and_long_labels_stay_inside_the
     # Nothing is cut at the picture's edges (a legend wider than the figure was).
     assert pixels[:, :3].min() > 240 and pixels[:, -3:].min() > 240 and pixels[-3:, :].min() > 240
     # Steps of short runs read as steps, not as millions (0.0001).
-    assert pc.plot_figure.step_scale(pc.compute_curves(_runs(tmp_path / "runs"), False, "mean", 20, 0, 0), False) == (
+    assert plotting.figure.step_scale(pc.compute_curves(_runs(tmp_path / "runs"), False, "mean", 20, 0, 0), False) == (
         1.0,
         "",
     )
@@ -736,10 +735,10 @@ def test_an_agent_named_like_a_paper_method_is_not_that_method():
     assert pc.label_of(record) == (None, "QC toy_weight=0.5 (not the paper's QC)")
     assert pc.label_of(_agent_record(**{**QC_AGENT, "critic_target": "max"}))[0] is None
     assert pc.label_of(_agent_record(**QC_AGENT))[0] == "QC"
-    run = pc.plot_runs.make_run("lookalike", "lookalike/flags.json", record, [(4000, 0.5), (8000, 0.6)])
+    run = plotting.runs.make_run("lookalike", "lookalike/flags.json", record, [(4000, 0.5), (8000, 0.6)])
     curves = pc.compute_curves([run], False, "mean", 20, 0, online_offset=0)
     paper = pc.load_paper(os.path.join(ROOT, "data", "paper"))
-    styles, paper_methods, _, legend, _ = pc.plot_figure.legend_plan(curves, paper, False)
+    styles, paper_methods, _, legend, _ = plotting.figure.legend_plan(curves, paper, False)
     assert paper_methods == [] and [name for name, _, _ in legend] == ["QC toy_weight=0.5 (not the paper's QC)"]
     assert styles[run.label] not in pc.METHOD_STYLES.values()
 
@@ -874,30 +873,30 @@ def _acfql(**overrides):
     ],
 )
 def test_paper_methods_are_labelled_by_name_and_differences(overrides, paper, label):
-    method, got = pc.plot_runs.describe(_acfql(**overrides), paper)
+    method, got = plotting.runs.describe(_acfql(**overrides), paper)
     assert got == label and label.startswith(method)
 
 
 def test_unknown_keys_and_agents_are_never_labelled_as_a_paper_method():
     variant = dict(_acfql(), critic_target="max")  # an ACFQL variant with a new config key
-    method, label = pc.plot_runs.describe(variant, {"agent.actor_num_samples": 32})
+    method, label = plotting.runs.describe(variant, {"agent.actor_num_samples": 32})
     assert method == "acfql" and "critic_target=max" in label and "QC" not in label
     toy = {"agent_name": "toy", "lr": 0.001, "toy_weight": 0.5, "horizon_length": 5}
     defaults = {"agent_name": "toy", "lr": 0.001, "toy_weight": 1.0, "horizon_length": None}
-    assert pc.plot_runs.describe(toy, None, defaults) == ("toy", "toy horizon_length=5 toy_weight=0.5")
-    assert pc.plot_runs.describe(toy) == ("toy", "toy horizon_length=5 lr=0.001 toy_weight=0.5")  # no defaults known
+    assert plotting.runs.describe(toy, None, defaults) == ("toy", "toy horizon_length=5 toy_weight=0.5")
+    assert plotting.runs.describe(toy) == ("toy", "toy horizon_length=5 lr=0.001 toy_weight=0.5")  # no defaults known
 
 
 def test_a_combination_of_no_method_gets_the_agent_label():
     spec = agents.get("acrlpd")
     config = spec.check_config(dict(spec.get_config().to_dict(), horizon_length=5, action_chunking=False))
-    method, label = pc.plot_runs.describe(config)
+    method, label = plotting.runs.describe(config)
     assert method == "acrlpd" and "action_chunking=False" in label
 
 
 def test_format_of_values_in_labels():
-    assert pc.plot_runs._format((512, 512, 512)) == "512x3" and pc.plot_runs._format((256, 512)) == "(256,512)"
-    assert pc.plot_runs._format(3e-4) == "0.0003" and pc.plot_runs._format(np.float64(2.0).item()) == "2"
+    assert plotting.runs._format((512, 512, 512)) == "512x3" and plotting.runs._format((256, 512)) == "(256,512)"
+    assert plotting.runs._format(3e-4) == "0.0003" and plotting.runs._format(np.float64(2.0).item()) == "2"
 
 
 # ---------------------------------------------------------------- the baselines of issue 28 beside their curves

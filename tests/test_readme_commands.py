@@ -16,7 +16,6 @@ at the end of a command ("the other flags"), which is dropped.
 """
 
 import glob
-import importlib.util
 import json
 import os
 import re
@@ -27,21 +26,12 @@ import sys
 import pytest
 
 import agents
+import plot_curves
+import reproduce
+import sweep
 from runner.config import config_from_argv
 from tests.driver_runs import ROOT
 from tests.test_plugin_agent import write_pessimistic_agent
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "scripts", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-plot_curves = _load("plot_curves")
-reproduce = _load("reproduce")  # it imports scripts/sweep.py, the one the sweep commands run
-sweep = reproduce.sweep
 
 DOCS = ["README.md", "agents/README.md"] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(f"{ROOT}/docs/*.md"))
 PROGRAMS = {  # how a command starts -> the kind of check
@@ -112,7 +102,7 @@ def _with_plugin(argv, plugin_file):
 
 def check_sweep(argv, tmp_path, capsys, monkeypatch):
     """`python scripts/sweep.py <argv> --dry_run`, with run directories under `tmp_path` and no cluster asked."""
-    monkeypatch.setattr(sweep.sweep_slurm, "slurm_answers", lambda: False)
+    monkeypatch.setattr(sweep.slurm, "slurm_answers", lambda: False)
     own, fixed = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     args = sweep.make_parser().parse_args([*own, f"--save_dir={tmp_path}"])
     args.dry_run = True

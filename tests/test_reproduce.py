@@ -1,16 +1,13 @@
 """scripts/reproduce.py: the paper's protocol by domain as a sweep (data step, commands, a tiny real run)."""
 
-import importlib.util
 import json
 import os
 import shlex
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location("reproduce", os.path.join(ROOT, "scripts", "reproduce.py"))
-reproduce = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(reproduce)
+import plot_curves
+import reproduce
 
 
 def _commands(out: str):
@@ -96,9 +93,6 @@ def test_a_tiny_protocol_runs_and_compares(tmp_path, monkeypatch, capsys):
     assert reproduce.main(argv) == 0
     assert "skip (finished" in capsys.readouterr().err
     # Tiny networks are not the paper's settings, and step 20 is no released step: the table says so.
-    spec = importlib.util.spec_from_file_location("plot_curves", os.path.join(ROOT, "scripts", "plot_curves.py"))
-    plot_curves = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(plot_curves)
     out = tmp_path / "plots"
     assert plot_curves.main([str(run_dir), f"--out_dir={out}", "--compare", "--reps=50"]) == 0
     assert "no run at the paper's settings" in (out / "compare.md").read_text()

@@ -7,7 +7,6 @@ environment variables. Fake drivers are tiny Python scripts; the `slow` test run
 """
 
 import csv
-import importlib.util
 import json
 import os
 import re
@@ -25,13 +24,10 @@ from submitit.core import utils as submitit_utils
 from submitit.slurm import slurm as submitit_slurm
 
 import agents
+import sweep
 from tests.driver_runs import fault_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location("sweep", os.path.join(ROOT, "scripts", "sweep.py"))
-sweep = importlib.util.module_from_spec(_spec)
-sys.modules["sweep"] = sweep  # cloudpickle pickles classes of registered modules by value
-_spec.loader.exec_module(sweep)
 
 ENV = "--env_name=cube-double-play-singletask-task2-v0"
 
@@ -757,10 +753,9 @@ def test_stopping_a_local_sweep_stops_its_drivers_with_sigterm(tmp_path, signum)
     run = _fake_run(tmp_path, "wait_for_signal", name="w")
     program = textwrap.dedent(
         f"""
-        import importlib.util, sys
-        spec = importlib.util.spec_from_file_location("sweep", {os.path.join(ROOT, "scripts", "sweep.py")!r})
-        sweep = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sweep)
+        import sys
+        sys.path.insert(0, {os.path.join(ROOT, "scripts")!r})  # as `python scripts/sweep.py` has it
+        import sweep
         run = sweep.SweepRun(name="w", command={run.command!r}, run_dir={run.run_dir!r}, log_path={run.log_path!r},
                              cwd={str(tmp_path)!r})
         args = sweep.make_parser().parse_args(["--driver=main.py", "--save_dir={tmp_path}"])

@@ -1,4 +1,4 @@
-"""scripts/sweep_slurm.py and the SLURM side of scripts/sweep_run.py, without a cluster.
+"""scripts/sweeping/slurm.py and the SLURM side of scripts/sweeping/run.py, without a cluster.
 
 Stand-in `sbatch`, `sinfo`, `squeue`, `scontrol` and `srun` programs (tests/test_sweep.py's `_fake_programs`), the job
 script's setup lines run by a real bash, and a SLURM job played by submitit's own entry point. What only a real
@@ -9,17 +9,14 @@ import concurrent.futures
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 
 import pytest
 from submitit.core import utils as submitit_utils
 
+import sweeping.slurm
 from tests.test_sweep import ENV, _error, _fake_programs, _fake_run, _start_slurm_job, sweep
-
-sweep_slurm = sys.modules["sweep_slurm"]
-sweep_run = sys.modules["sweep_run"]
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +27,7 @@ def _no_relaunch_pause(monkeypatch):
 def _args(*argv):
     args = sweep.make_parser().parse_args(["--driver=main.py", "--executor=slurm", *argv])
     args.sweep_name = "s"
-    sweep_slurm.check_args(args)
+    sweeping.slurm.check_args(args)
     return args
 
 
@@ -135,7 +132,7 @@ FAKE_SRUN = textwrap.dedent(
 
 def _job_script(tmp_path, args):
     """The setup lines of the job script, then `srun` as the generated script calls it, then its status."""
-    return "\n".join(sweep_slurm.setup_lines(args) + ["srun --unbuffered fake", 'echo "srun returned $?"'])
+    return "\n".join(sweeping.slurm.setup_lines(args) + ["srun --unbuffered fake", 'echo "srun returned $?"'])
 
 
 def test_batch_shell_passes_usr1_on_to_the_job_step(tmp_path):
@@ -178,8 +175,9 @@ SINFO = ["debug*|n1|2|19000|(null)", "gpu|g1|64|512000|gpu:a100:4(S:0-1)", "gpu|
 
 
 def test_gres_gpus():
-    assert [sweep_slurm.gres_gpus(g) for g in ("(null)", "gpu:4", "gpu:a100:4(S:0-1)", "gpu:2,mps:100")] == [0, 4, 4, 2]
-    assert sweep_slurm.gres_gpus("gpu:a100:2,gpu:v100:1") == 3
+    gres = ("(null)", "gpu:4", "gpu:a100:4(S:0-1)", "gpu:2,mps:100")
+    assert [sweeping.slurm.gres_gpus(g) for g in gres] == [0, 4, 4, 2]
+    assert sweeping.slurm.gres_gpus("gpu:a100:2,gpu:v100:1") == 3
 
 
 @pytest.mark.parametrize(

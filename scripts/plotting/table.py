@@ -9,9 +9,10 @@ import re
 from typing import Dict, Optional, Sequence
 
 import numpy as np
-from plot_paper import PaperCurve, paper_curve
-from plot_runs import Run, panel_of, sorted_labels, sorted_panels, task_key
-from plot_stats import Curve, stratified_interval
+
+from plotting.paper import PaperCurve, paper_curve
+from plotting.runs import Run, panel_of, sorted_labels, sorted_panels, task_key
+from plotting.stats import Curve, stratified_interval
 
 
 def _fmt(point, low=None, high=None) -> str:

@@ -9,9 +9,10 @@ import textwrap
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-from plot_paper import PAPER_OFFLINE_STEPS, PaperCurve, paper_curve
-from plot_runs import label_key, sorted_labels, task_key
-from plot_stats import Curve
+
+from plotting.paper import PAPER_OFFLINE_STEPS, PaperCurve, paper_curve
+from plotting.runs import label_key, sorted_labels, task_key
+from plotting.stats import Curve
 
 DPI = 150
 LEGEND_FONT_PT = 8

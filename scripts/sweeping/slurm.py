@@ -1,6 +1,6 @@
 """The SLURM side of scripts/sweep.py: the job array's options and script, checks against the cluster, submission.
 
-A sweep's runs (`sweep_run.SweepRun`) go to SLURM as one job array through submitit. Before submitting, where SLURM
+A sweep's runs (`sweeping.run.SweepRun`) go to SLURM as one job array through submitit. Before submitting, where SLURM
 answers (`sinfo`), a request no node of the partition can hold is refused and the whole job script is checked with
 `sbatch --test-only`. The job script ignores SIGUSR1 in its batch shell, checks that the interpreter fixed into it
 exists on the node, and runs each run with SLURM's warning signal and requeueing (docs/sweeps.md).
@@ -19,9 +19,9 @@ import tempfile
 from typing import Dict, List, Optional, Tuple
 
 import submitit
-import sweep_run
-from sweep_run import PREEMPT_SIGNAL, InputError, SweepRun, int_at_least, positive_float
 
+import sweeping.run
+from sweeping.run import PREEMPT_SIGNAL, InputError, SweepRun, int_at_least, positive_float
 from utils.files import atomic_write
 
 # sbatch options the sweep writes itself, and the sweep flag that sets each (None: not settable).
@@ -501,7 +501,7 @@ def run_slurm(runs: List[SweepRun], args) -> int:
     # The job unpickles its run from any directory: the run's module travels with it, by value.
     import cloudpickle
 
-    cloudpickle.register_pickle_by_value(sweep_run)
+    cloudpickle.register_pickle_by_value(sweeping.run)
     jobs = submit_array(executor, runs, folder)
     submitted = read_jobs(jobs_path)
     submitted.update({run.name: job.job_id for run, job in zip(runs, jobs, strict=True)})

@@ -15,9 +15,10 @@ import shutil
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
-from plot_paper import PAPER_OFFLINE_STEPS
-from plot_runs import ROBOMIMIC_DOMAINS, Run, task_key
-from plot_stats import stratified_interval
+
+from plotting.paper import PAPER_OFFLINE_STEPS
+from plotting.runs import ROBOMIMIC_DOMAINS, Run, task_key
+from plotting.stats import stratified_interval
 
 Z95 = 1.96
 # Seeds behind each released curve (the paper's section 5): 4 per OGBench task, 5 per robomimic task.

@@ -10,7 +10,8 @@ import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-from plot_runs import Run, panel_of, progress, sorted_labels, sorted_panels, task_key, warn
+
+from plotting.runs import Run, panel_of, progress, sorted_labels, sorted_panels, task_key, warn
 
 
 @contextlib.contextmanager

@@ -9,7 +9,8 @@ import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-from plot_runs import InputError, task_key
+
+from plotting.runs import InputError, task_key
 
 PAPER_OFFLINE_STEPS = 1_000_000  # the paper's x axis: 1M offline steps, then 1M online steps
 PAPER_FILES = ("ogbench-agg.csv", "ogbench-individual.csv", "robomimic-individual.csv")

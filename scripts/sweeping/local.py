@@ -1,6 +1,6 @@
 """The local executor of scripts/sweep.py: at most `--max_parallel` runs at once as subprocesses, one log each.
 
-Runs are `sweep_run.SweepRun`s called from a thread pool; a lock file keeps a second sweep of the same name on this
+Runs are `sweeping.run.SweepRun`s called from a thread pool; a lock file keeps a second sweep of the same name on this
 machine out; SIGTERM or Ctrl-C to the sweep sends SIGTERM to every running driver, which writes its state and stops.
 """
 
@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Dict, List, Tuple
 
-from sweep_run import InputError, RunFailed, SweepRun, int_at_least
+from sweeping.run import InputError, RunFailed, SweepRun, int_at_least
 
 
 def add_arguments(parser: argparse.ArgumentParser):

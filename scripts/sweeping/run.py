@@ -1,7 +1,7 @@
 """One run of a sweep (`SweepRun`): the driver as a subprocess, relaunched or requeued until it finishes.
 
-The same object runs in the local executor's threads (`scripts/sweep_local.py`) and as a SLURM job through submitit
-(`scripts/sweep_slurm.py`). It imports only the standard library and submitit, so that submitit can pickle it by
+The same object runs in the local executor's threads (`scripts/sweeping/local.py`) and as a SLURM job through submitit
+(`scripts/sweeping/slurm.py`). It imports only the standard library and submitit, so that submitit can pickle it by
 value into a job that runs from any directory. docs/sweeps.md tells the story.
 """
 
