@@ -20,7 +20,7 @@ import numpy as np
 from absl import logging
 
 import agents
-from log_utils import Logger, get_exp_name, make_run_dir, setup_wandb, write_json
+from log_utils import Logger, get_exp_name, make_run_dir, provenance, setup_wandb, write_json
 from runner import resume
 from runner.cli import input_errors
 from runner.config import check_goal_conditioning
@@ -288,6 +288,7 @@ def setup_run(
         moves = resume.moves(resume.read_record(run_dir), cfg.flag_values)
         if moves:
             record["moves"] = moves
+    record.update(provenance(run_dir))  # made_by; a resumed run keeps its earlier parts' speed (log_utils)
     write_json(os.path.join(run_dir, "flags.json"), record)
     run_id = (resume_meta or {}).get("wandb_run_id")
     if run_id and cfg.wandb_mode == "offline":
