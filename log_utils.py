@@ -10,13 +10,16 @@
 import contextlib
 import csv
 import errno
+import importlib.metadata
 import io
 import json
 import math
 import os
+import platform
+import subprocess
 import time
 from datetime import datetime
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -232,6 +235,140 @@ def write_json(path: str, data: Dict):
         return obj
 
     atomic_write(path, json.dumps(clean(data), indent=2, default=default, sort_keys=True))
+
+
+# ------------------------------------------------------------------------------------------------ what made a run
+
+REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
+# The packages whose versions change a run's arithmetic, its envs or its data.
+MADE_BY_PACKAGES = ("jax", "jaxlib", "flax", "optax", "mujoco", "ogbench")
+GIT_TIMEOUT_S = 5.0
+
+
+def _git(root: str, *args: str) -> Optional[str]:
+    """The output of `git <args>` in `root`, stripped; None where git is missing, `root` is no git tree, git
+    refuses it (another owner) or takes longer than `GIT_TIMEOUT_S`."""
+    try:
+        done = subprocess.run(
+            ["git", "--no-optional-locks", *args],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def cpu_info(path: str = "/proc/cpuinfo") -> Dict:
+    """`{"model": str or None, "avx512": bool or None, "cores": int or None}` of this machine's CPU.
+
+    `model` is the first `model name` line of `path` (Linux's `/proc/cpuinfo`), `avx512` whether its first
+    `flags` line names `avx512f` (the foundation every AVX-512 CPU has); both None where `path` cannot be read
+    or lacks the line. `cores`: `os.cpu_count()`."""
+    model = flags = None
+    try:
+        with open(path) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and model is None:
+                    model = value.strip()
+                elif key == "flags" and flags is None:
+                    flags = value.split()
+    except OSError:
+        pass
+    return {"model": model, "avx512": None if flags is None else "avx512f" in flags, "cores": os.cpu_count()}
+
+
+def made_by(root: str = REPO_ROOT) -> Dict:
+    """What made a run, for its `flags.json` (`made_by`); no network, never raises for a missing tool.
+
+    Returns `{"commit", "uncommitted_changes", "versions", "python", "cpu", "devices"}`:
+    `commit` the 40-hex `HEAD` of the git tree at `root` (default: this repository) and `uncommitted_changes`
+    whether a tracked file differs from it (untracked files are not counted), both None where git or the
+    tree is missing; `versions` `{package: version or None}` for `MADE_BY_PACKAGES`; `cpu` as `cpu_info`;
+    `devices` JAX's devices as `[{"platform", "kind", "count"}]` (e.g. `cpu`/`cpu`, or `gpu`/`NVIDIA
+    H200`), one entry per kind. Imports JAX (and starts its backend) when it has not been.
+    """
+    import jax
+
+    commit = _git(root, "rev-parse", "--verify", "HEAD")
+    changed = _git(root, "status", "--porcelain", "--untracked-files=no") if commit else None
+    versions = {}
+    for package in MADE_BY_PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    kinds: Dict[tuple, int] = {}
+    for device in jax.devices():
+        key = (device.platform, device.device_kind)
+        kinds[key] = kinds.get(key, 0) + 1
+    return {
+        "commit": commit or None,
+        "uncommitted_changes": None if changed is None else bool(changed),
+        "versions": versions,
+        "python": platform.python_version(),
+        "cpu": cpu_info(),
+        "devices": [{"platform": p, "kind": k, "count": n} for (p, k), n in kinds.items()],
+    }
+
+
+def _read_record(run_dir: str) -> Optional[Dict]:
+    path = os.path.join(run_dir, "flags.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def provenance(run_dir: str, root: str = REPO_ROOT) -> Dict:
+    """The `flags.json` entries that say what made the run in `run_dir`, for the record `runner.setup` writes.
+
+    `made_by` is this process's (`made_by(root)`). A run resumed from an earlier part (its `flags.json` is
+    there) keeps that part's `speed` entries (`record_speed`: a phase finished before the resume is not run
+    again) and, where this part is made by something else, the earlier `made_by` records in `made_by_history`
+    (oldest first). `ValueError` (json's) for a `flags.json` that is not JSON; `resume.check_runs` has refused
+    such a run before setup writes anything.
+    """
+    now = made_by(root)
+    out = {"made_by": now}
+    earlier = _read_record(run_dir)
+    if not earlier:
+        return out
+    if earlier.get("speed"):
+        out["speed"] = earlier["speed"]
+    history: List = list(earlier.get("made_by_history") or [])
+    if earlier.get("made_by") and earlier["made_by"] != now:
+        history.append(earlier["made_by"])
+    if history:
+        out["made_by_history"] = history
+    return out
+
+
+def record_speed(run_dir: str, phase: str, first: int, last: int, seconds: float, gradient_steps: int):
+    """Write this process's speed in `phase` into `<run_dir>/flags.json` (`speed.<phase>`), atomically.
+
+    `first`, `last`: the phase's steps this process started from and reached (a resumed run starts past 0);
+    `seconds`: wall seconds of the phase's loop in this process (sampling, updates, logging, evaluation and run
+    states included: the rate the progress line shows); `gradient_steps`: the updates made in that time. The
+    entry is `{"from_step", "to_step", "seconds", "steps_per_second", "gradient_steps_per_second"}` (steps:
+    the phase's own, environment steps online). Nothing is written when no step was made (`last <= first`),
+    so an earlier part's entry stays. `OSError` naming the file where it cannot be written."""
+    if last <= first or seconds <= 0:
+        return
+    record = _read_record(run_dir) or {}
+    record.setdefault("speed", {})[phase] = {
+        "from_step": int(first),
+        "to_step": int(last),
+        "seconds": round(float(seconds), 3),
+        "steps_per_second": (last - first) / seconds,
+        "gradient_steps_per_second": gradient_steps / seconds,
+    }
+    write_json(os.path.join(run_dir, "flags.json"), record)
 
 
 # ------------------------------------------------------------------------------------------------ time split

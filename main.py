@@ -66,6 +66,7 @@ def main(_):
         group.write_state_if_due(agent, step, "offline")
     offline_bar.close()
     sampler.close()
+    group.record_speed("offline", first, step, time.time() - start)  # flags.json `speed.offline`
 
     # ---- Online phase: act -> sample -> update -> log -> save/evaluate -> run state ---------------------------
     if cfg.online_steps > 0:
@@ -85,6 +86,7 @@ def main(_):
                     group.log_update(info, "online_agent", cfg.offline_steps + i, "env_steps_per_second", rate)
             group.save_and_evaluate(agent, i, "online")
             group.write_state_if_due(agent, i, "online")
+        group.record_speed("online", first, cfg.online_steps, time.time() - start)
     group.finish()
     logging.info("Done. Logs and checkpoints in %s", ", ".join(os.path.abspath(r.run_dir) for r in group.runs))
 

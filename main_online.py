@@ -64,6 +64,7 @@ def main(_):
                 group.log_update(info, "online_agent", i, "env_steps_per_second", rate)
         group.save_and_evaluate(agent, i, "online")
         group.write_state_if_due(agent, i, "online")
+    group.record_speed("online", first, cfg.online_steps, time.time() - start)  # flags.json `speed.online`
     group.finish()
     logging.info("Done. Logs and checkpoints in %s", ", ".join(os.path.abspath(r.run_dir) for r in group.runs))
 

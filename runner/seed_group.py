@@ -20,7 +20,7 @@ from absl import logging
 import agents
 from agents import common
 from evaluation import evaluate, make_eval_vector_env
-from log_utils import TimeSplit, write_json, write_video
+from log_utils import TimeSplit, record_speed, write_json, write_video
 from runner import resume
 from runner.collector import episode_stats, make_collector, make_replay_buffer
 from utils import seeding
@@ -332,6 +332,17 @@ class SeedGroup:
                     run.logger.log(episode_stats(info), "env", step=global_step(run.cfg, step_in_phase, "online"))
 
     # ---- logging, checkpoints, evaluation -----------------------------------------------------------
+
+    def record_speed(self, phase: str, first: int, last: int, seconds: float):
+        """At the end of `phase`: this process's steps `first` -> `last` of it in `seconds` (the loop's wall time)
+        into every seed's `flags.json` (`log_utils.record_speed`, `speed.<phase>`). Gradient steps: one per
+        offline step; online, `--utd_ratio` per step from `--start_training` on. A group's rate is the group's
+        (its seeds train together)."""
+        updates = last - first
+        if phase == "online":
+            updates = self.cfg.utd_ratio * max(0, last - max(first, self.cfg.start_training - 1))
+        for run in self.runs:
+            record_speed(run.run_dir, phase, first, last, seconds, updates)
 
     def log_update(self, info: Dict, prefix: str, step: int, rate_key: str, rate: float):
         """Log an update's info to each seed's `<prefix>` CSV with the rate and the time split."""

@@ -19,7 +19,7 @@ from absl import logging
 
 import agents
 import envs
-from log_utils import Logger, get_exp_name, make_run_dir, setup_wandb, write_json
+from log_utils import Logger, get_exp_name, make_run_dir, provenance, setup_wandb, write_json
 from runner import resume
 from runner.cli import input_errors
 from runner.config import check_goal_conditioning
@@ -262,7 +262,7 @@ def setup_run(
     except OSError as e:  # a read-only or unwritable --save_dir
         where = os.path.join(cfg.save_dir, cfg.run_group)
         raise ValueError(f"cannot write the run directory in {where} ({e.strerror or e}); check --save_dir.") from None
-    # The agent's defaults label a run of an agent the plotting process does not know (plot_runs.describe).
+    # The agent's defaults label a run of an agent the plotting process does not know (plotting.runs.describe).
     spec = agents.get(agent_config["agent_name"])
     record = {"driver": cfg.driver, "flags": cfg.flag_values, "agent": dict(agent_config)}
     record.update(agent_defaults=spec.get_config().to_dict(), agent_source=resume.agent_source(spec.agent_class))
@@ -281,6 +281,7 @@ def setup_run(
         moves = resume.moves(resume.read_record(run_dir), cfg.flag_values)
         if moves:
             record["moves"] = moves
+    record.update(provenance(run_dir))  # made_by; a resumed run keeps its earlier parts' speed (log_utils)
     write_json(os.path.join(run_dir, "flags.json"), record)
     run_id = (resume_meta or {}).get("wandb_run_id")
     if run_id and cfg.wandb_mode == "offline":

@@ -23,9 +23,11 @@ AGENT = {"agent_name": "acfql", "actor_type": "distill-ddpg", "action_chunking":
 SHA = "0123456789abcdef" * 4
 # The released stub: QC-FQL at 0.0, 0.1 (a wide interval) and 0.2M (an empty interval) steps.
 PAPER_ROWS = [(0.0, 0.0, 0.0, 0.0), (0.1, 0.69, 0.225, 0.945), (0.2, 0.5, 0.5, 0.5)]
+COMMIT = "e9ceebaffc4f36e8b705826f164a32904de98410"
+MADE_BY = {"commit": COMMIT, "uncommitted_changes": False}
 
 
-def write_run(directory, seed, rows, alpha=300.0, offline_steps=200000, online_steps=0):
+def write_run(directory, seed, rows, alpha=300.0, offline_steps=200000, online_steps=0, made_by=None):
     os.makedirs(directory)
     record = {
         "driver": "main",
@@ -45,6 +47,8 @@ def write_run(directory, seed, rows, alpha=300.0, offline_steps=200000, online_s
             {"role": "val", "source": "generated", "sha256": "f" * 64},
         ],
     }
+    if made_by is not None:
+        record["made_by"] = made_by
     with open(os.path.join(directory, "flags.json"), "w") as f:
         json.dump(record, f)
     with open(os.path.join(directory, "eval.csv"), "w") as f:
@@ -62,8 +66,10 @@ def compared(tmp_path):
     (paper / "ogbench-agg.csv").write_text(header)
     (paper / "robomimic-individual.csv").write_text(header)
     runs = tmp_path / "exp"
-    write_run(runs / "sd0", 0, [(100000, 0.6), (150000, 0.9), (200000, 0.3)])  # 150k: no released point
-    write_run(runs / "sd1", 1, [(100000, 0.8), (200000, 0.34)])
+    # Seed 0 made at a clean commit, seed 1 at the same commit with uncommitted changes, seed 3 before the record;
+    # 150k: no released point.
+    write_run(runs / "sd0", 0, [(100000, 0.6), (150000, 0.9), (200000, 0.3)], made_by=MADE_BY)
+    write_run(runs / "sd1", 1, [(100000, 0.8), (200000, 0.34)], made_by=dict(MADE_BY, uncommitted_changes=True))
     write_run(runs / "alpha100", 2, [(100000, 0.0)], alpha=100.0)  # not the paper's alpha: not compared
     write_run(runs / "online", 3, [(100000, 0.1), (200000, 0.1)], offline_steps=100000, online_steps=100000)
     out = tmp_path / "out"
@@ -107,13 +113,20 @@ def test_rows_and_every_number(compared):
     # Two seeds: every bootstrap mean is 0.3, 0.32 or 0.34, so the interval is [0.3, 0.34].
     assert (float(second["ci_low"]), float(second["ci_high"])) == pytest.approx((0.3, 0.34))
     assert second["data"] == f"generated {SHA[:12]}" and second["values"] == "0.3 0.34"
+    # The commits behind each row, 12 hex digits; `+`: uncommitted changes; `-`: a run recorded without one.
+    assert second["commit"] == "e9ceebaffc4f; e9ceebaffc4f+"
+    assert first["commit"] == "-; e9ceebaffc4f; e9ceebaffc4f+"
 
 
 def test_markdown_table_and_figure(compared):
     _, out = compared
     table = (out / "compare.md").read_text()
     assert f"| {TASK} | QC-FQL | 100,000 | 0,1,3 | 50 | 0.500 [" in table
-    assert "| 0.690 [0.225, 0.945] (4) | -0.68 | reproduced | generated 0123456789ab |" in table
+    assert (
+        "| 0.690 [0.225, 0.945] (4) | -0.68 | reproduced | generated 0123456789ab | -; e9ceebaffc4f; e9ceebaffc4f+ |"
+        in table
+    )
+    assert "| -3.60 | below | generated 0123456789ab | e9ceebaffc4f; e9ceebaffc4f+ |" in table
     assert "| 0.500 [0.500, 0.500] (4) | -3.60 | below |" in table
     assert "docs/results.md" in table
     # The records behind the rows are copied beside the table; the runs that add no row are not.

@@ -96,3 +96,69 @@ def test_a_tiny_protocol_runs_and_compares(tmp_path, monkeypatch, capsys):
     out = tmp_path / "plots"
     assert plot_curves.main([str(run_dir), f"--out_dir={out}", "--compare", "--reps=50"]) == 0
     assert "no run at the paper's settings" in (out / "compare.md").read_text()
+
+
+# ---------------------------------------------------------------- --check_speed
+
+TINY_AGENT = ["--", "--agent.actor_hidden_dims=(8,8)", "--agent.value_hidden_dims=(8,8)", "--agent.batch_size=4"]
+
+
+def test_the_hours_a_row_needs():
+    # 2 runs of 100k offline steps at 10 steps/s: 2 * 100000 / 10 s = 5.556 h; one evaluation each (60 s).
+    hours = reproduce.training_hours(10.0, 2, 100_000, 0)
+    assert hours["training"] == pytest.approx(200_000 / 10 / 3600)
+    assert hours["evaluation"] == pytest.approx(2 * 60 / 3600)
+    # Online steps count as utd gradient steps each; 150k online steps: evaluations at 100k and at the end.
+    hours = reproduce.training_hours(10.0, 1, 100_000, 150_000, utd=2)
+    assert hours["training"] == pytest.approx((100_000 + 300_000) / 10 / 3600)
+    assert hours["evaluation"] == pytest.approx(3 * 60 / 3600)
+    # 1100 episodes at 0.5 episodes/s per worker: 1100 s with two workers.
+    assert reproduce.generation_hours(2) == pytest.approx(1100 / 3600)
+
+
+@pytest.mark.parametrize("data_there, hours_left, fits", [(True, 2.9, True), (False, 2.9, False), (True, 2.8, False)])
+def test_check_speed_says_whether_the_row_fits(tmp_path, monkeypatch, capsys, data_there, hours_left, fits):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    if data_there:
+        (tmp_path / ".ogbench" / "data").mkdir(parents=True)
+        (tmp_path / ".ogbench" / "data" / "puzzle-3x3-play-v0.npz").write_bytes(b"")
+    timed = []
+
+    def time_update(driver, method, env_name, run_flags, steps):
+        timed.append((driver, method, env_name, list(run_flags), steps))
+        return {"steps_per_second": 10.0, "config": {"actor_hidden_dims": (512,) * 4, "batch_size": 256}, "utd": 1}
+
+    monkeypatch.setattr(reproduce, "time_update", time_update)
+    argv = ["--domain=puzzle-3x3", "--tasks=2,3", "--methods=qc-fql", "--seeds=0", "--offline_steps=50000",
+            "--online_steps=0", "--check_speed", f"--hours_left={hours_left}", "--", "--agent.lr=0.001"]  # fmt: skip
+    assert reproduce.main(argv) == (0 if fits else 1)
+    out = capsys.readouterr().out
+    # Task 2's env stands for the domain; the flags after `--` reach the driver's parser.
+    assert timed == [("main", "qc-fql", "puzzle-3x3-play-singletask-task2-v0", ["--agent.lr=0.001"], 20)]
+    assert "speed: qc-fql on puzzle-3x3: 10 gradient steps/s (4x512 MLPs, batch 256; 20 updates" in out
+    # 2 runs x 50000 steps / 10 per s = 2.778 h; 2 evaluations of 60 s = 0.033 h; data: 1100 s = 0.306 h.
+    assert "time: 2 run(s) of 50000 offline and 0 online steps: training 2.78 h, evaluations 0.03 h" in out
+    assert ("data: " in out) is not data_there
+    total = 2.81 if data_there else 3.12
+    assert f"total: about {total:.2f} h" in out
+    verdict = "fits" if fits else "does not fit"
+    assert out.strip().splitlines()[-1] == f"verdict: {verdict} in {hours_left:g} h ({total:.2f} h needed)"
+
+
+def test_check_speed_times_the_real_update_with_a_tiny_network(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HOME", str(tmp_path))  # no data there: the estimate adds its generation
+    argv = ["--domain=puzzle-3x3", "--tasks=1", "--methods=qc-fql", "--seeds=0", "--offline_steps=100000",
+            "--online_steps=0", "--check_speed", "--hours_left=0", "--speed_steps=3", *TINY_AGENT]  # fmt: skip
+    assert reproduce.main(argv) == 1  # nothing fits in no time
+    out = capsys.readouterr().out
+    speed = [line for line in out.splitlines() if line.startswith("speed: ")]
+    assert len(speed) == 1 and "(2x8 MLPs, batch 4; 3 updates after 2 warm-up ones" in speed[0], out
+    rate = float(speed[0].split(": ")[2].split()[0])
+    assert rate > 0
+    training = float(out.split("training ")[1].split(" h")[0])
+    assert training == pytest.approx(100_000 / rate / 3600, abs=0.006, rel=0.01)  # the printed rate has 3 digits
+    assert f"data: {tmp_path}/.ogbench/data/puzzle-3x3-play-v0.npz is missing" in out
+    assert out.strip().splitlines()[-1].startswith("verdict: does not fit in 0 h")
+    # It runs nothing: no sweep, no command printed.
+    assert {line.split(":")[0] for line in out.splitlines()} == {"speed", "time", "data", "total", "verdict"}

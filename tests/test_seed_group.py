@@ -389,6 +389,22 @@ def test_killed_group_resumes_exactly(tmp_path, dataset_path, kill_at, extra, fi
     assert_warm_compiles(resumed.stderr, fresh=ref.stderr)
     for seed in (0, 1):
         assert_same_run(os.path.join(group_dir, f"ref_sd{seed}"), os.path.join(group_dir, f"cut_sd{seed}"), final)
+        # flags.json: what made the run, and each phase's speed from the process that finished it (a phase done
+        # before the kill keeps the first process's entry through the resume).
+        with open(os.path.join(group_dir, f"ref_sd{seed}", "flags.json")) as f:
+            ref_record = json.load(f)
+        with open(os.path.join(group_dir, f"cut_sd{seed}", "flags.json")) as f:
+            cut_record = json.load(f)
+        assert cut_record["made_by"]["versions"]["jax"] == jax.__version__
+        phases = {"offline": 40, "online": final - 40} if final > 40 else {"offline": 40}
+        for record in (ref_record, cut_record):
+            speed = record["speed"]
+            assert {p: e["to_step"] for p, e in speed.items()} == phases
+            assert all(e["steps_per_second"] > 0 and e["seconds"] > 0 for e in speed.values())
+        assert all(e["from_step"] == 0 for e in ref_record["speed"].values())
+        resumed_phase = kill_at.split(":")[0]  # the one the resumed process finished from a run state
+        assert 0 < cut_record["speed"][resumed_phase]["from_step"] <= int(kill_at.split(":")[1])
+        assert all(e["from_step"] == 0 for p, e in cut_record["speed"].items() if p != resumed_phase)
 
 
 @pytest.mark.slow

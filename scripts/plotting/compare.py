@@ -50,6 +50,7 @@ class Row:
     verdict: Optional[str]
     data: str
     sources: List[str]  # the runs behind the row (their directories, or wandb:...)
+    commit: str = "-"  # commit_text of the runs behind the row
 
 
 def verdict(values: Sequence[float], episodes: int, p: float, low, high, paper_seeds: int):
@@ -88,6 +89,16 @@ def data_text(run: Run) -> str:
     files = [d for d in (run.record or {}).get("datasets") or () if isinstance(d, dict) and d.get("role") != "val"]
     parts = sorted({f"{d.get('source', 'unknown')} {(d.get('sha256') or '?')[:12]}" for d in files})
     return "; ".join(parts) or "unknown"
+
+
+def commit_text(run: Run) -> str:
+    """`e9ceebaffc4f` (the first 12 hex digits of the commit that made the run, `flags.json` `made_by`), with `+`
+    where its tree had uncommitted changes; `-` for a run recorded without it (an older run, or no git where it ran)."""
+    made_by = (run.record or {}).get("made_by") or {}
+    commit = made_by.get("commit") if isinstance(made_by, dict) else None
+    if not isinstance(commit, str) or not commit:
+        return "-"
+    return commit[:12] + ("+" if made_by.get("uncommitted_changes") else "")
 
 
 def compare_rows(runs: Sequence[Run], paper: Dict, reps: int, seed: int) -> List[Row]:
@@ -134,6 +145,7 @@ def compare_rows(runs: Sequence[Run], paper: Dict, reps: int, seed: int) -> List
                     said,
                     data,
                     [r.source for r, _ in hits],
+                    "; ".join(sorted({commit_text(r) for r, _ in hits})),
                 )  # fmt: skip
             )
     return rows
@@ -151,18 +163,18 @@ def compare_table(rows: Sequence[Row], inputs: str) -> str:
         f"Runs: {inputs}. Rule (docs/results.md, section 1): reproduced when |z| <= 1.96.",
         "",
         "| task | method | step | seeds | episodes | ours: mean [95% CI over seeds] | released: mean [95% CI] "
-        "(seeds) | z | verdict | data (source sha256) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "(seeds) | z | verdict | data (source sha256) | commit |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         lines.append(
             f"| {r.task} | {r.method} | {r.step:,} | {','.join(map(str, r.seeds))} | {r.episodes} | "
             f"{r.mean:.3f} [{r.low:.3f}, {r.high:.3f}] | {r.paper_mean:.3f} [{_num(r.paper_low)}, "
             f"{_num(r.paper_high)}] ({r.paper_seeds}) | {_num(r.z, 2)} | {r.verdict or '— (no released CI)'} | "
-            f"{r.data} |"
+            f"{r.data} | {r.commit} |"
         )
     if not rows:
-        lines.append("| (no run at the paper's settings has a step the released curves have) |||||||||||")
+        lines.append("| (no run at the paper's settings has a step the released curves have) ||||||||||||")
     lines += [
         "",
         "- step: on the paper's axis (1M offline gradient steps, then 1M online environment steps);",
@@ -170,7 +182,9 @@ def compare_table(rows: Sequence[Row], inputs: str) -> str:
         "- released: data/paper/ogbench-individual.csv (or robomimic-individual.csv), mean over the paper's seeds;",
         "- z: (ours - released) / sqrt(se_ours^2 + se_released^2), with se_ours counting seed spread and the "
         "binomial noise of the episodes (docs/results.md);",
-        "- data: each training file's source (official or generated) and sha256 prefix.",
+        "- data: each training file's source (official or generated) and sha256 prefix;",
+        "- commit: the repository's commit that made the runs (flags.json `made_by`; `+`: with uncommitted changes, "
+        "`-`: not recorded).",
     ]
     return "\n".join(lines) + "\n"
 
@@ -178,6 +192,7 @@ def compare_table(rows: Sequence[Row], inputs: str) -> str:
 def write_compare_csv(path: str, rows: Sequence[Row]):
     columns = ["task", "method", "step", "seeds", "episodes", "values", "mean", "ci_low", "ci_high"]
     columns += ["paper_mean", "paper_ci_low", "paper_ci_high", "paper_seeds", "se", "paper_se", "z", "verdict", "data"]
+    columns.append("commit")
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(columns)
@@ -187,7 +202,7 @@ def write_compare_csv(path: str, rows: Sequence[Row]):
             errors = [f"{v:.6g}" if v is not None else "" for v in (r.se, r.paper_se, r.z)]
             seeds, values = " ".join(map(str, r.seeds)), " ".join(f"{v:g}" for v in r.values)
             writer.writerow([r.task, r.method, r.step, seeds, r.episodes, values, *numbers, r.paper_seeds, *errors]
-                            + [r.verdict or "", r.data])  # fmt: skip
+                            + [r.verdict or "", r.data, r.commit])  # fmt: skip
 
 
 def copy_records(rows: Sequence[Row], out_dir: str) -> List[str]:
