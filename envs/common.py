@@ -29,8 +29,8 @@ class EnvName:
     """An env name parsed once by its family (`envs.parse`). `task` is the task number of a single-task env
     (None: the family's default task, or a family without numbered tasks); `paper_domain` and `paper_task` are
     the names the papers' released results use for its curve (`('cube-double', 'cube-double-play-task2')`;
-    data the papers did not use keeps its type: `('cube-double-noisy', ...)`). `record()` is the `env` block a
-    run writes into `flags.json`."""
+    data the papers did not use keeps its type: `('cube-double-noisy', ...)`); `short` names it in sweep run
+    names (`cube-double-t2`). `record()` is the `env` block a run writes into `flags.json`."""
 
     family: str
     name: str
@@ -40,6 +40,7 @@ class EnvName:
     goal_conditioned: bool
     paper_domain: str
     paper_task: str
+    short: str
 
     def record(self) -> dict:
         return dataclasses.asdict(self)
@@ -94,7 +95,10 @@ class Family:
 
 def no_numbered_tasks(name: EnvName, task: int) -> str:
     """`Family.with_task` of a family without numbered tasks: always `ValueError`."""
-    raise ValueError(f"{name.name} has no numbered tasks (--tasks needs an env of a family with tasks).")
+    raise ValueError(
+        "--tasks needs an OGBench single-task --env_name (<domain>-play-singletask[-taskN]-v0) or another env with "
+        f"numbered tasks; {name.name} has none"
+    )
 
 
 def never_sparse(name: EnvName) -> bool:

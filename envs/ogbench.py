@@ -752,15 +752,15 @@ def parse_env_name(env_name: str) -> EnvName | None:
         return None
     parsed = parse_ogbench_name(env_name)
     domain, dataset_type = parsed.domain, parsed.dataset_type
-    if parsed.oraclerep:
-        paper_domain, paper_task = domain, env_name  # the task: all of the env's evaluation goals
+    if parsed.oraclerep:  # the task: all of the env's evaluation goals
+        paper_domain, paper_task, short = domain, env_name, env_name.removesuffix("-v0")
     else:
         paper_domain = domain if dataset_type == "play" else f"{domain}-{dataset_type}"
         task = "default" if parsed.task_id is None else f"task{parsed.task_id}"
         paper_task = f"{domain}-{dataset_type}-{task}"
-    return EnvName(
-        "ogbench", env_name, domain, dataset_type, parsed.task_id, parsed.oraclerep, paper_domain, paper_task
-    )
+        short = paper_domain + ("" if parsed.task_id is None else f"-t{parsed.task_id}")
+    goal = parsed.oraclerep
+    return EnvName("ogbench", env_name, domain, dataset_type, parsed.task_id, goal, paper_domain, paper_task, short)
 
 
 def with_task(name: EnvName, task: int) -> str:

@@ -587,7 +587,7 @@ def parse_env_name(env_name: str) -> EnvName | None:
     if m is None:
         return None
     label = m["task"] if m["type"] == "mh" else f"{m['task']}-{m['type']}"
-    return EnvName("robomimic", env_name, m["task"], m["type"], None, False, label, label)
+    return EnvName("robomimic", env_name, m["task"], m["type"], None, False, label, label, env_name)
 
 
 FAMILY = Family(

@@ -61,6 +61,7 @@ from typing import List, Optional, Sequence, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # the repository's packages; scripts/ (the parts' packages) is sys.path[0] already
 
+import envs  # noqa: E402
 from runner import methods  # noqa: E402
 from sweeping import local, slurm  # noqa: E402
 from sweeping.local import run_local  # noqa: E402,F401 - part of this module's interface (tests)
@@ -88,7 +89,6 @@ SHORT_KEYS = {
 NAME_CHARS = "A-Za-z0-9._=-"
 MAX_NAME_LENGTH = 200
 _KEY_RE = re.compile(r"^(?:--)?([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)=(.*)$", re.S)
-_OGBENCH_TASK_RE = re.compile(r"^(?P<base>.+?)-(?P<type>play|noisy)-singletask(?:-task(?P<task>\d+))?-(?P<v>v\d+)$")
 
 
 # ------------------------------------------------------------------------------------------------ grid
@@ -183,22 +183,23 @@ def parse_int_list(text: str, flag: str, low: int, high: int) -> List[int]:
 
 
 def with_task(env_name: str, task: int) -> str:
-    """`cube-double-play-singletask[-taskN]-v0` -> `cube-double-play-singletask-task{task}-v0`."""
-    m = _OGBENCH_TASK_RE.match(env_name)
-    if m is None:
-        raise InputError(
-            f"--tasks needs an OGBench single-task --env_name (<domain>-play-singletask[-taskN]-v0), got {env_name}"
-        )
-    return f"{m['base']}-{m['type']}-singletask-task{task}-{m['v']}"
+    """The env name of task `task` of `env_name`'s domain and data (its family's `with_task`, e.g.
+    `cube-double-play-singletask[-taskN]-v0` -> `cube-double-play-singletask-task{task}-v0`); `InputError` for an
+    unknown name or a family or env without numbered tasks."""
+    try:
+        name = envs.parse(env_name)
+        return envs.family(name).with_task(name, task)
+    except ValueError as e:
+        raise InputError(str(e)) from None
 
 
 def env_short_name(env_name: str) -> str:
-    """`cube-double-play-singletask-task2-v0` -> `cube-double-t2` (`-noisy` kept); others lose `-v0`."""
-    m = _OGBENCH_TASK_RE.match(env_name)
-    if m is None:
+    """The env's name in run names (`EnvName.short`: `cube-double-play-singletask-task2-v0` -> `cube-double-t2`);
+    an unknown name loses its `-v<N>` only."""
+    try:
+        return envs.parse(env_name).short
+    except ValueError:
         return re.sub(r"-v\d+$", "", env_name)
-    name = m["base"] + ("-noisy" if m["type"] == "noisy" else "")
-    return name + (f"-t{m['task']}" if m["task"] else "")
 
 
 def sanitize(text: str) -> str:

@@ -18,6 +18,7 @@ import pytest
 from PIL import Image
 
 import agents
+import envs
 import plot_curves as pc
 import plotting.figure
 import plotting.runs
@@ -172,9 +173,16 @@ def test_label_domain_values_and_data_source():
     assert pc.data_source(_agent_record(datasets=official, **QC_AGENT)) == "official"
     assert pc.data_source(_agent_record(**QC_AGENT)) == "unknown"  # no `datasets` record
     assert pc.label_of(_agent_record(**QC_AGENT))[1] == "QC"
-    assert pc.domain_and_task("cube-double-play-singletask-task2-v0", 2) == ("cube-double", "cube-double-play-task2")
-    assert pc.domain_and_task("cube-double-noisy-singletask-v0", 2) == ("cube-double-noisy", "cube-double-noisy-task2")
-    assert pc.domain_and_task("square-mh-low_dim", None) == ("square", "square")
+
+    def names(env_name, task_id):
+        return pc.domain_and_task(envs.parse(env_name).record(), task_id)
+
+    assert names("cube-double-play-singletask-task2-v0", 2) == ("cube-double", "cube-double-play-task2")
+    assert names("cube-double-noisy-singletask-v0", 2) == ("cube-double-noisy", "cube-double-noisy-task2")
+    assert names("square-mh-low_dim", None) == ("square", "square")
+    assert names("lift-ph-low_dim", None) == ("lift-ph", "lift-ph")
+    assert names("cube-double-play-oraclerep-v0", None) == ("cube-double", "cube-double-play-oraclerep-v0")
+    assert names("transport-mh-low_dim", None) == ("transport-mh-low_dim",) * 2  # no paper values
 
 
 # ------------------------------------------------------------------------------------------------ statistics

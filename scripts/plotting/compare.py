@@ -17,12 +17,12 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from plotting.paper import PAPER_OFFLINE_STEPS
-from plotting.runs import ROBOMIMIC_DOMAINS, Run, task_key
+from plotting.runs import Run, task_key
 from plotting.stats import stratified_interval
 
 Z95 = 1.96
 # Seeds behind each released curve (the paper's section 5): 4 per OGBench task, 5 per robomimic task.
-PAPER_SEEDS_OGBENCH, PAPER_SEEDS_ROBOMIMIC = 4, 5
+PAPER_SEEDS = {"ogbench": 4, "robomimic": 5}  # seeds behind each family's released curves
 
 
 @dataclasses.dataclass
@@ -120,7 +120,7 @@ def compare_rows(runs: Sequence[Run], paper: Dict, reps: int, seed: int) -> List
             values = [v for _, v in hits]
             episodes = min(int(r.record["flags"]["eval_episodes"]) for r, _ in hits)
             p, low, high = curve.at(x / 1e6)
-            paper_seeds = PAPER_SEEDS_ROBOMIMIC if group[0].domain in ROBOMIMIC_DOMAINS else PAPER_SEEDS_OGBENCH
+            paper_seeds = PAPER_SEEDS.get(group[0].family, PAPER_SEEDS["ogbench"])
             se, se_p, z, said = verdict(values, episodes, p, low, high, paper_seeds)
             point, ci_low, ci_high = stratified_interval([np.array(values)[:, None]], "mean", reps, seed)
             data = "; ".join(sorted({data_text(r) for r, _ in hits}))

@@ -17,6 +17,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 import agents
+import envs
 from runner import methods
 
 # The registry's paper methods, in its order (each agent's methods in the order of its paper's legends), each
@@ -38,7 +39,6 @@ DOMAIN_ORDER = (
     "can",
     "square",
 )
-ROBOMIMIC_DOMAINS = ("lift", "can", "square")
 # A warning lists at most this many steps of one run, then how many there are in all.
 MAX_LISTED_STEPS = 20
 
@@ -195,33 +195,19 @@ def data_source(record: Dict) -> str:
     return "official" if sources == {"official"} else "unknown"
 
 
-_DATA_TYPE_RE = re.compile(r"-(play|noisy|mh|ph)-")
-_TASK_RE = re.compile(r"-task(\d+)-")
-
-
-def domain_and_task(env_name: str, task_id: Optional[int]) -> Tuple[str, str]:
-    """`(domain, task)` names as the paper's files spell them.
-
-    `('cube-double', 'cube-double-play-task2')`; robomimic multi-human `('lift', 'lift')`. Data that
-    the paper did not use keeps its type: `('cube-double-noisy', 'cube-double-noisy-task2')`,
-    `('lift-ph', 'lift-ph')`. An env name without paper settings is its own domain and task.
-    """
+def domain_and_task(env: Mapping, task_id: Optional[int]) -> Tuple[str, str]:
+    """`(domain, task)` names as the paper's files spell them, from a run's `env` block (`envs.record_of`: its
+    `paper_domain`, `paper_task`). `('cube-double', 'cube-double-play-task2')`; robomimic multi-human `('lift',
+    'lift')`; data the paper did not use keeps its type: `('cube-double-noisy', 'cube-double-noisy-task2')`,
+    `('lift-ph', 'lift-ph')`. A default-task run is named by the task it ran (`task_id`, from its record). An env
+    without paper settings is its own domain and task."""
     try:
-        domain = methods.domain_of(env_name)
+        methods.domain_of(env["name"])
     except ValueError:
-        return env_name, env_name
-    if env_name.endswith("-oraclerep-v0"):  # goal-conditioned: the task is all of the env's evaluation goals
-        return domain, env_name
-    match = _DATA_TYPE_RE.search(env_name)
-    data_type = match[1] if match else "play"
-    if domain in ROBOMIMIC_DOMAINS:
-        name = domain if data_type == "mh" else f"{domain}-{data_type}"
-        return name, name
-    if task_id is None:
-        match = _TASK_RE.search(env_name)
-        task_id = int(match[1]) if match else None
-    task = f"{domain}-{data_type}-" + (f"task{task_id}" if task_id is not None else "default")
-    return (domain if data_type == "play" else f"{domain}-{data_type}"), task
+        return env["name"], env["name"]
+    if task_id is not None and env["task"] is None and not env["goal_conditioned"]:
+        return env["paper_domain"], f"{env['domain']}-{env['dataset_type']}-task{task_id}"
+    return env["paper_domain"], env["paper_task"]
 
 
 # ------------------------------------------------------------------------------------------------ runs
@@ -241,6 +227,7 @@ class Run:
     label: str
     driver: str  # 'main' (offline-to-online) or 'main_online' (online only)
     env_name: str
+    family: str
     domain: str
     task: str
     seed: int
@@ -351,13 +338,18 @@ def make_run(source: str, config_file: str, record: Dict, rows: Iterable[Tuple[i
             "(table.md and curves.csv count the runs behind each value)"
         )
     task_id = record.get("task_id")
-    domain, task = domain_and_task(flags["env_name"], None if task_id is None else _count(task_id, "task_id", 1))
+    try:
+        env = envs.record_of(record)
+    except ValueError:  # a name no family here knows (a family added elsewhere): its own domain and task
+        env = {"family": "unknown", "name": flags["env_name"]}
+    domain, task = domain_and_task(env, None if task_id is None else _count(task_id, "task_id", 1))
     return Run(
         source=source,
         method=method,
         label=label,
         driver=_driver(source, record),
         env_name=flags["env_name"],
+        family=env["family"],
         domain=domain,
         task=task,
         seed=_count(flags["seed"], "flags.seed"),
