@@ -54,20 +54,21 @@ def fault_env(fault):
 
 
 def run_driver(script, save_dir, name, dataset_path, flags, env_extra=None, expect=0, timeout=900, fault=None,
-               compiles=False):  # fmt: skip
-    """Run `script` with `flags` into `<save_dir>/g/<name>`; assert its exit status; `(run_dir, result)`.
+               compiles=False, root=ROOT):  # fmt: skip
+    """Run `script` (in the repository at `root`) with `flags` into `<save_dir>/g/<name>`, on `dataset_path` (None:
+    the env's own data); assert its exit status; `(run_dir, result)`.
 
     `fault`: see `fault_env`. `compiles`: JAX logs every compilation (`JAX_LOG_COMPILES`; also when the
     persistent compilation cache has the program: the message comes before the cache is read) and each
     step's end is marked (`QC_MARK_STEPS`, tests/faults/sitecustomize.py), for `compilations`."""
     cmd = [sys.executable, script, f"--save_dir={save_dir}", "--run_group=g", f"--run_name={name}",
-           f"--dataset_path={dataset_path}", *flags]  # fmt: skip
+           *([] if dataset_path is None else [f"--dataset_path={dataset_path}"]), *flags]  # fmt: skip
     env = dict(os.environ, JAX_PLATFORMS="cpu", WANDB_MODE="disabled", **(env_extra or {}))
     if fault is not None:
         env.update(fault_env(fault))
     if compiles:
         env.update(JAX_LOG_COMPILES="1", QC_MARK_STEPS="1", PYTHONPATH=os.path.join(ROOT, "tests", "faults"))
-    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
     assert result.returncode == expect, result.stderr[-3000:]
     return os.path.join(save_dir, "g", name), result
 

@@ -214,7 +214,6 @@ def test_loader_order_rewards_masks_terminals_and_clipping(lift_file):
 
 
 def test_one_reward_transform():
-    assert ru.online_reward_fn is ru.reward_transform
     assert ru.reward_transform(1.0) == 0.0 and ru.reward_transform(0) == -1.0
     assert isinstance(ru.reward_transform(1.0), np.float32)
     np.testing.assert_array_equal(ru.reward_transform(np.array([0.0, 1.0])), np.array([-1.0, 0.0], np.float32))
@@ -395,7 +394,7 @@ def test_wrapper_observation_action_and_episode_ends():
         (0.0, False, False, {"success": 0}),
         (1.0, True, False, {"success": 1}),
     ]
-    assert ru.online_reward_fn(results[-1][1]) == 0.0 and ru.online_reward_fn(results[0][1]) == -1.0
+    assert ru.reward_transform(results[-1][1]) == 0.0 and ru.reward_transform(results[0][1]) == -1.0
     with pytest.raises(ValueError, match="expected"):
         env.step(np.zeros(6))
 
@@ -483,7 +482,7 @@ def test_lift_env_from_file_metadata(lift_env):
     while not done:
         ob, reward, terminated, truncated, info = env.step(np.zeros(7))
         n, done = n + 1, terminated or truncated
-        assert reward == 0.0 and info["success"] == 0 and ru.online_reward_fn(reward) == -1.0
+        assert reward == 0.0 and info["success"] == 0 and ru.reward_transform(reward) == -1.0
     assert (n, terminated, truncated, info["episode"]["length"]) == (300, False, True, 300)
 
 
@@ -502,4 +501,4 @@ def test_lift_env_scripted_grasp_succeeds(lift_env):
         if terminated or truncated:
             break
     assert (terminated, truncated, info["success"], reward) == (True, False, 1, 1.0)
-    assert ru.online_reward_fn(reward) == 0.0 and t < 150
+    assert ru.reward_transform(reward) == 0.0 and t < 150
