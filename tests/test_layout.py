@@ -12,6 +12,8 @@ root there; a part never imports a command.
 
 import ast
 import os
+import re
+import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("utils", "envs", "agents", "runner")
@@ -208,3 +210,59 @@ def test_parts_never_import_a_command():
     # Resolved as the command sees it: plot_curves imports its parts, a part imports its siblings.
     assert "scripts.plotting.compare" in imports_of(commands["scripts.plot_curves"], modules)
     assert "scripts.sweeping.run" in imports_of(parts["scripts.sweeping.slurm"], modules)
+
+
+def readme_layout():
+    """`{entry: text}` of the README's layout block: each top-level file or folder it names (`main.py`, `envs/`)
+    with the text that describes it (its continuation lines included)."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    block = readme.split("## Reading the code and the layout", 1)[1].split("```", 2)[1]
+    entries = {}
+    for line in block.strip("\n").splitlines():
+        if line[:1].strip():
+            name, _, text = line.partition(" ")
+            entries[name] = text
+        else:
+            entries[name] += " " + line.strip()
+    return entries
+
+
+def test_the_readmes_layout_is_true():
+    """Every path the README's layout names exists, and every module outside tests/ is named in its folder's
+    entry (a module of a package inside it with the package's folder, e.g. `sweeping/ (run.py ...)`; a package's
+    `__init__.py` by its folder)."""
+    entries = readme_layout()
+    for entry, text in entries.items():
+        assert os.path.exists(os.path.join(ROOT, entry)), f"README layout: {entry} does not exist"
+        if not entry.endswith("/"):
+            continue
+        under = [os.path.relpath(os.path.join(d, f), os.path.join(ROOT, entry))
+                 for d, _, files in os.walk(os.path.join(ROOT, entry)) for f in files]  # fmt: skip
+        for named in re.findall(r"[\w/]+\.(?:py|sh|md)\b", text):
+            assert any(p == named or p.endswith("/" + named) for p in under), f"README layout: {entry}{named}?"
+    for module, path in project_modules().items():
+        rel = os.path.relpath(path, ROOT)
+        top = rel.split(os.sep)[0] + ("/" if os.sep in rel else "")
+        if top == "tests/":
+            continue
+        assert top in entries, f"README layout does not name {top}"
+        parts = rel.split(os.sep)[1:]
+        if parts and parts[-1] == "__init__.py":  # a package is named by its folder
+            parts = parts[:-1]
+        for part in [p + "/" for p in parts[:-1]] + parts[-1:]:
+            assert part in entries[top], f"README layout: {top} does not name {part} ({module})"
+
+
+def test_no_file_names_a_path_outside_the_repository():
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.decode()
+    outside = re.compile(r"/work/|\.\./shared|/root/|/home/[a-z]")
+    for path in filter(None, tracked.split("\0")):
+        if path == "tests/test_layout.py":  # the patterns above
+            continue
+        try:
+            with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+                found = outside.search(f.read())
+        except (UnicodeDecodeError, FileNotFoundError):
+            continue
+        assert found is None, f"{path} names a path outside the repository: {found.group()}"

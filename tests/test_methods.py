@@ -369,7 +369,7 @@ def test_dqc_methods_evaluate_every_250k_steps_unless_told(method, monkeypatch):
 # ---------------------------------------------------------------- the baselines IQL, ReBRAC, IFQL, IFQL-n, QC-IFQL
 
 BASELINES = ("iql", "rebrac", "ifql", "ifql-n", "qc-ifql")
-# /work/shared/DESIGN.md section 13 (the paper's appendix D.3 and Table 4): what defines each method ...
+# The paper's appendix D.3 and Table 4 (docs/settings.md): what defines each method ...
 BASELINE_DEFINITION = {
     "iql": {"horizon_length": 1, "agent.actor_loss": "awr"},
     "rebrac": {"horizon_length": 1},

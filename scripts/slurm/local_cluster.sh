@@ -21,8 +21,8 @@
 #   KILL_WAIT=30     seconds between SIGTERM and SIGKILL (SLURM's default)
 #   SKIP_INSTALL=1   do not run apt-get
 #
-# Logs: /var/log/slurm/{slurmctld,slurmd}.log, /var/log/munge/munged.log. Written from the facts measured with
-# ../shared/slurm/start_local_slurm.sh (SLURM 22.05.8 on Debian 12: about a minute for a fresh install and start).
+# Logs: /var/log/slurm/{slurmctld,slurmd}.log, /var/log/munge/munged.log. Measured: SLURM 22.05.8 on Debian 12,
+# about a minute for a fresh install and start.
 set -euo pipefail
 
 CRED_EXPIRE=${CRED_EXPIRE:-10}
