@@ -21,6 +21,14 @@ import agents
 import envs
 from log_utils import Logger, get_exp_name, make_run_dir, provenance, setup_wandb, write_json
 from runner import resume
+from runner.checks import (
+    agent_initializer,
+    check_dataset_fits_env,
+    check_dataset_windows,
+    check_memory,
+    check_rendering,
+    check_sizes,
+)
 from runner.cli import input_errors
 from runner.config import check_goal_conditioning
 from utils import seeding
@@ -65,152 +73,6 @@ def restore_offline(run: Run, meta: Dict):
         )
         run.windows = agents.window_source(run.train_dataset, run.agent.config)
     seeding.set_generator_state(run.train_dataset.rng, meta["dataset_rng"])
-
-
-def trajectory_lengths(terminals: np.ndarray) -> np.ndarray:
-    """Rows per trajectory from a 0/1 `terminals` column (the last trajectory may be unterminated)."""
-    ends = np.flatnonzero(np.asarray(terminals) > 0)
-    bounds = np.concatenate([[-1], ends, [len(terminals) - 1] if len(terminals) and not terminals[-1] else []])
-    return np.diff(bounds).astype(int)
-
-
-def check_dataset_windows(
-    dataset: Dataset, horizon_length: int, what: str = "the offline dataset", flag: str = "--horizon_length"
-) -> bool:
-    """`ValueError` when `dataset` cannot yield one window of `horizon_length` rows (`flag` names the setting).
-
-    Logs a warning (and returns False) when every trajectory is shorter than `horizon_length`:
-    then every window crosses a trajectory end and every critic target has `valid = 0`.
-    """
-    if dataset.size < horizon_length:
-        raise ValueError(f"{what} has {dataset.size} rows, fewer than {flag}={horizon_length}: no window can be drawn.")
-    lengths = trajectory_lengths(dataset["terminals"])
-    if len(lengths) and lengths.max() < horizon_length:
-        logging.warning(
-            "Every trajectory of %s is shorter than %s=%d (longest: %d rows): every critic "
-            "target has valid = 0, so the critic never learns.",
-            what,
-            flag,
-            horizon_length,
-            lengths.max(),
-        )
-        return False
-    return True
-
-
-def check_dataset_fits_env(dataset: Dataset, env, env_name: str, what: str = "the offline dataset"):
-    """`ValueError` when the dataset's observation or action rows do not have the env's shapes."""
-    for field, space in (("observations", env.observation_space), ("actions", env.action_space)):
-        got, want = tuple(dataset[field].shape[1:]), tuple(space.shape)
-        if got != want:
-            raise ValueError(
-                f"{what}: its {field} have shape {got} per row, but {env_name} has {want}; the dataset "
-                "belongs to another env."
-            )
-
-
-def machine_memory() -> Optional[int]:
-    """Bytes of physical memory, or None where the OS cannot tell."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def _raise_if_too_big(what: Dict[str, int], flag_hint: str):
-    memory = machine_memory()
-    need = sum(what.values())
-    if memory is not None and need > memory:
-        parts = ", ".join(f"{name} {size / 2**30:.1f} GiB" for name, size in what.items() if size)
-        raise ValueError(
-            f"{flag_hint}: this run needs about {need / 2**30:.1f} GiB ({parts}), more than this machine's "
-            f"{memory / 2**30:.1f} GiB of memory."
-        )
-
-
-def check_sizes(cfg):
-    """Before anything is built: `ValueError` when the envs alone of `--num_seeds` and `--eval_envs` cannot fit."""
-    eval_envs = min(cfg.eval_envs, cfg.eval_episodes) if cfg.eval_envs > 1 else 0
-    env_bytes = envs.family(cfg.env_name).env_bytes
-    what = {f"{2 * cfg.num_seeds} training and evaluation envs": 2 * cfg.num_seeds * env_bytes}
-    what[f"{eval_envs} batched evaluation envs"] = eval_envs * env_bytes
-    _raise_if_too_big(what, f"--num_seeds={cfg.num_seeds} --eval_envs={cfg.eval_envs}")
-
-
-def agent_initializer(spec, agent_config, example: Dict, key):
-    """`(init, shapes)`: `init(key) -> agent` is `spec.agent_class.create(key, example observations, example
-    actions, agent_config)` as one compiled program, and `shapes` the agent's `jax.ShapeDtypeStruct`s, from one
-    trace that every seed's agent reuses. With a warm compilation cache a start loads that program instead of
-    compiling each of the initializers' small ops one by one; the values are those of calling `create`."""
-    import jax
-
-    goals = {"ex_goals": example["oracle_reps"]} if spec.goal_conditioned and "oracle_reps" in example else {}
-
-    def create(key):
-        return spec.agent_class.create(key, example["observations"], example["actions"], agent_config, **goals)
-
-    lowered = jax.jit(create).lower(key)
-    return lowered.compile(), lowered.out_info
-
-
-def check_memory(cfg, dataset: Dataset, example: Dict, shapes=None):
-    """`ValueError` when the run would not fit in this machine's memory, before its agents and buffers exist:
-    per seed the agent (parameters, optimizer state and a gradient; `shapes` from `agent_initializer`, which
-    builds them when None), the replay buffer, a batch of `--utd_ratio` x `batch_size` windows and two envs,
-    plus the evaluation envs."""
-    import jax
-
-    if shapes is None:
-        spec = agents.get(cfg.agent["agent_name"])
-        shapes = agent_initializer(spec, cfg.agent, example, seeding.jax_key(cfg.seed, "agent"))[1]
-    agent_bytes = sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in jax.tree_util.tree_leaves(shapes))
-    params = jax.tree_util.tree_leaves(shapes.network.params)
-    agent_bytes += sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in params)  # the gradient
-    row_bytes = sum(int(np.asarray(dataset[k][0]).nbytes) for k in dataset)
-    rows = 0
-    if cfg.online_steps > 0:
-        rows = max(cfg.buffer_size, dataset.size + 1) if cfg.driver == "main" else cfg.buffer_size
-    window = cfg.window_length  # rows per window (SPEC.window_length)
-    batch = cfg.agent.get("batch_size", 1) * max(cfg.utd_ratio, 1) * window * row_bytes
-    s, env_bytes = cfg.num_seeds, envs.family(cfg.env_name).env_bytes
-    eval_envs = min(cfg.eval_envs, cfg.eval_episodes) if cfg.eval_envs > 1 else 0
-    # Each part with the flags that set its size: the error names those of the largest part.
-    parts = [
-        (f"{s} agent(s)", s * agent_bytes, "the agent's config"),
-        (f"{s} replay buffer(s) of {rows} rows", s * rows * row_bytes, f"--buffer_size={cfg.buffer_size}"),
-        (
-            f"{s} batch(es)",
-            s * batch,
-            f"--agent.batch_size={cfg.agent.get('batch_size')} --utd_ratio={cfg.utd_ratio} "
-            + (f"--horizon_length={window}" if cfg.horizon_length is not None else f"(window of {window} rows)"),
-        ),
-        (f"{2 * s} envs", 2 * s * env_bytes, ""),
-        (f"{eval_envs} evaluation envs", eval_envs * env_bytes, f"--eval_envs={cfg.eval_envs}"),
-    ]
-    largest = max(parts, key=lambda part: part[1])[2]
-    hint = " ".join(([f"--num_seeds={s}"] if s > 1 else []) + ([largest] if largest else []))
-    _raise_if_too_big({name: size for name, size, _ in parts}, hint or f"--num_seeds={s}")
-
-
-def check_rendering(env_name: str, env) -> None:
-    """`ValueError` unless `env` can render a frame (needed for `--video_episodes`): its family's envs render
-    (`Family.renders`; robomimic's are built without a renderer) and MuJoCo has a headless OpenGL backend."""
-    family = envs.family(env_name)
-    if not family.renders:
-        raise ValueError(
-            f"--video_episodes: {family.name} envs ({env_name}) are built without a renderer; pass --video_episodes=0."
-        )
-    try:
-        frame = env.render()
-    except Exception as e:  # noqa: BLE001 - mujoco.FatalError, GLFW and PyOpenGL errors alike
-        raise ValueError(
-            f"--video_episodes: rendering failed ({type(e).__name__}: {e}). Set MUJOCO_GL=egl (GPU) or "
-            "MUJOCO_GL=osmesa (CPU, needs libosmesa) before starting, or pass --video_episodes=0."
-        ) from e
-    if frame is None:
-        raise ValueError(
-            "--video_episodes: the environment returned no frame (no render mode); pass --video_episodes=0."
-        )
 
 
 def _taken(run_name: str, run_dirs: List[str]) -> str:

@@ -99,11 +99,11 @@ def test_chunk_length_is_what_sample_actions_returns(agent_name, overrides):
 
 @pytest.mark.parametrize("agent_name", agents.names())
 def test_agent_initializer_is_create_value_for_value(agent_name):
-    """The drivers create agents through `runner.setup.agent_initializer` (one compiled program, shapes from its
+    """The drivers create agents through `runner.checks.agent_initializer` (one compiled program, shapes from its
     trace): every leaf equals a direct `create` call's, bit for bit, and the shapes are the agent's."""
     import jax
 
-    from runner.setup import agent_initializer
+    from runner.checks import agent_initializer
 
     spec = agents.get(agent_name)
     config = spec.get_config().to_dict()

@@ -9,7 +9,7 @@ import types
 import numpy as np
 import pytest
 
-from runner import cli, resume, seed_group, setup
+from runner import checks, cli, resume, seed_group, setup
 from runner.collector import make_replay_buffer
 from runner.seed_group import SeedGroup
 from tests.test_cli import parse
@@ -61,23 +61,23 @@ def test_error_during_training_keeps_its_traceback():
 
 
 def test_trajectory_lengths():
-    np.testing.assert_array_equal(setup.trajectory_lengths(np.array([0, 0, 1, 0, 1, 0, 0])), [3, 2, 2])
-    np.testing.assert_array_equal(setup.trajectory_lengths(np.array([1, 1, 0, 0, 0, 1])), [1, 1, 4])
+    np.testing.assert_array_equal(checks.trajectory_lengths(np.array([0, 0, 1, 0, 1, 0, 0])), [3, 2, 2])
+    np.testing.assert_array_equal(checks.trajectory_lengths(np.array([1, 1, 0, 0, 0, 1])), [1, 1, 4])
 
 
 def test_dataset_without_one_window_is_an_error():
     with pytest.raises(ValueError, match="has 3 rows, fewer than --horizon_length=4"):
-        setup.check_dataset_windows(_dataset([0, 0, 1]), 4)
+        checks.check_dataset_windows(_dataset([0, 0, 1]), 4)
 
 
 def test_warning_when_every_trajectory_is_shorter_than_the_chunk(caplog):
     short = _dataset([0, 1, 0, 0, 1, 0, 1])  # trajectories of 2, 3, 2 rows
     with caplog.at_level(logging.WARNING):
-        assert setup.check_dataset_windows(short, 4) is False
+        assert checks.check_dataset_windows(short, 4) is False
     assert "shorter than --horizon_length=4 (longest: 3 rows)" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        assert setup.check_dataset_windows(short, 3) is True  # one trajectory holds a full window
+        assert checks.check_dataset_windows(short, 3) is True  # one trajectory holds a full window
     assert "shorter" not in caplog.text
 
 
@@ -141,9 +141,9 @@ class _NoGL:
 
 def test_rendering_is_checked_at_start_up():
     with pytest.raises(ValueError, match="MUJOCO_GL=egl .* MUJOCO_GL=osmesa .* --video_episodes=0"):
-        setup.check_rendering("cube-single-play-singletask-task1-v0", _NoGL())
+        checks.check_rendering("cube-single-play-singletask-task1-v0", _NoGL())
     with pytest.raises(ValueError, match="robomimic envs .* without a renderer"):
-        setup.check_rendering("lift-mh-low_dim", None)
+        checks.check_rendering("lift-mh-low_dim", None)
 
 
 # ---------------------------------------------------------------- the loop's pieces
@@ -218,11 +218,11 @@ class _Spaces:
 
 def test_dataset_must_fit_the_env():
     data = _dataset([0] * 9 + [1])  # observations (1,), actions (2,)
-    setup.check_dataset_fits_env(data, _Spaces((1,), (2,)), "env")
+    checks.check_dataset_fits_env(data, _Spaces((1,), (2,)), "env")
     with pytest.raises(ValueError, match=r"dataset x.npz: its actions have shape \(2,\) per row, but env has \(5,\)"):
-        setup.check_dataset_fits_env(data, _Spaces((1,), (5,)), "env", "dataset x.npz")
+        checks.check_dataset_fits_env(data, _Spaces((1,), (5,)), "env", "dataset x.npz")
     with pytest.raises(ValueError, match=r"its observations have shape \(1,\) per row, but env has \(28,\)"):
-        setup.check_dataset_fits_env(data, _Spaces((28,), (2,)), "env")
+        checks.check_dataset_fits_env(data, _Spaces((28,), (2,)), "env")
 
 
 @pytest.mark.parametrize(
@@ -245,14 +245,14 @@ def test_a_run_that_cannot_fit_in_memory_is_an_error_before_it_allocates(monkeyp
     run = _run(monkeypatch, tmp_path, *args)
     example = run.train_dataset.sample(1, idxs=np.zeros(1, dtype=int))
     with pytest.raises(ValueError, match=named):
-        setup.check_sizes(run.cfg)
-        setup.check_memory(run.cfg, run.train_dataset, example)
+        checks.check_sizes(run.cfg)
+        checks.check_memory(run.cfg, run.train_dataset, example)
 
 
 def test_the_default_sizes_fit(monkeypatch, tmp_path):
     run = _run(monkeypatch, tmp_path, "--buffer_size=1000")
-    setup.check_sizes(run.cfg)
-    setup.check_memory(run.cfg, run.train_dataset, run.train_dataset.sample(1, idxs=np.zeros(1, dtype=int)))
+    checks.check_sizes(run.cfg)
+    checks.check_memory(run.cfg, run.train_dataset, run.train_dataset.sample(1, idxs=np.zeros(1, dtype=int)))
 
 
 # ---------------------------------------------------------------- run directories are never shared
