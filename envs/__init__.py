@@ -16,11 +16,18 @@ _DIR = os.path.dirname(os.path.abspath(__file__))
 # Modules of envs/ that are not families: the shared pieces, the provenance records and the two data tools.
 _NOT_FAMILIES = ("common", "provenance", "generate_dataset", "download_datasets")
 FAMILIES: dict[str, Family] = {}
+# Files of envs/ that could not be imported, {path: why}: a half-edited family file does not stop the others' runs,
+# and the unknown-name error names it.
+PROBLEMS: dict[str, str] = {}
 
 for _info in sorted(pkgutil.iter_modules([_DIR]), key=lambda m: m.name):
     if _info.name.startswith("_") or _info.name in _NOT_FAMILIES:
         continue
-    _family = getattr(importlib.import_module(f"envs.{_info.name}"), "FAMILY", None)
+    try:
+        _family = getattr(importlib.import_module(f"envs.{_info.name}"), "FAMILY", None)
+    except Exception as e:  # noqa: BLE001 - whatever the file raises is reported when a name is not found
+        PROBLEMS[f"envs/{_info.name}.py"] = f"{type(e).__name__}: {e}"
+        continue
     if isinstance(_family, Family):
         if _family.name in FAMILIES:
             raise ValueError(f"two files of envs/ define the family {_family.name!r}; give the new one its own name.")
@@ -34,12 +41,14 @@ def patterns() -> list[str]:
 
 def parse(env_name: str) -> EnvName:
     """`env_name` parsed by the family it belongs to. `ValueError`: one line listing every family's patterns
-    for a name no family knows; the family's own message for one of its names with a bad part (task 9)."""
+    (and any family file that could not be imported, `PROBLEMS`) for a name no family knows; the family's own
+    message for one of its names with a bad part (task 9)."""
     for family_ in FAMILIES.values():
         parsed = family_.parse(env_name)
         if parsed is not None:
             return parsed
-    raise ValueError(f"Unknown environment {env_name!r}. Supported: " + "; ".join(patterns()))
+    broken = "".join(f"; {path} could not be imported ({why})" for path, why in PROBLEMS.items())
+    raise ValueError(f"Unknown environment {env_name!r}. Supported: " + "; ".join(patterns()) + broken)
 
 
 def family(name: EnvName | str) -> Family:

@@ -115,3 +115,22 @@ def test_a_new_family_in_one_file_works_with_every_tool(repo, tmp_path):
     with open(os.path.join(out, "curves.csv")) as f:
         rows = list(csv.DictReader(f))
     assert rows and {(row["panel"], row["tasks"]) for row in rows} == {("pendulum-random-v1",) * 2}, rows[:2]
+
+
+def test_a_family_file_that_cannot_be_imported_stops_no_other_family(repo):
+    broken = os.path.join(repo, "envs", "broken.py")
+    with open(broken, "w") as f:
+        f.write("FAMILY = undefined_name\n")
+    code = (
+        "import envs; print(envs.parse('pendulum-random-v1').family)\n"
+        "try:\n    envs.parse('broken-v0')\nexcept ValueError as e:\n    print(e)"
+    )
+    try:
+        result = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=120)
+    finally:
+        os.remove(broken)
+    assert result.returncode == 0, result.stderr
+    family, error = result.stdout.strip().splitlines()
+    assert family == "pendulum"
+    assert error.startswith("Unknown environment 'broken-v0'") and "pendulum: pendulum-random-v1" in error
+    assert error.endswith("envs/broken.py could not be imported (NameError: name 'undefined_name' is not defined)")
