@@ -67,8 +67,8 @@ def define_flags(driver: str, flag_values=FLAGS):
         "unique across hosts.", **fv)  # fmt: skip
     flags.DEFINE_integer("seed", 0, "Random seed in [0, 2**32); every random stream of the run (agent, samplers, "
         "environments, evaluation) is derived from it (utils/seeding.py).", **fv)  # fmt: skip
-    flags.DEFINE_string("env_name", default_env, "Environment (and dataset) name, e.g. "
-        "cube-double-play-singletask-task2-v0 or lift-mh-low_dim.", **fv)  # fmt: skip
+    flags.DEFINE_string("env_name", default_env, "Environment (and dataset) name of a benchmark family of envs/, "
+        "e.g. cube-double-play-singletask-task2-v0 or lift-mh-low_dim (envs/README.md).", **fv)  # fmt: skip
     flags.DEFINE_bool("resume", False, "With --run_name: continue that run from its latest complete state "
         "(<run_dir>/state/), exactly as if it had never stopped (from the start when it has none). A run that does "
         "not exist is an error (see --start_if_missing); a finished one (DONE.json) is left alone when the settings "
