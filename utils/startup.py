@@ -43,7 +43,7 @@ def quiet_startup():
     warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
     import logging
 
-    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
+    logging.getLogger("jax").setLevel(logging.WARNING)  # e.g. its backend search (no TPU, no GPU) at INFO
     absl_logger = logging.getLogger("absl")
     level = absl_logger.level
     absl_logger.setLevel(logging.WARNING)
