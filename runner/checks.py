@@ -9,7 +9,6 @@ import numpy as np
 from absl import logging
 
 import agents
-import envs
 from utils import seeding
 from utils.datasets import Dataset
 
@@ -75,10 +74,11 @@ def _raise_if_too_big(what: Dict[str, int], flag_hint: str):
         )
 
 
-def check_sizes(cfg):
-    """Before anything is built: `ValueError` when the envs alone of `--num_seeds` and `--eval_envs` cannot fit."""
+def check_sizes(cfg, family):
+    """Before anything is built: `ValueError` when the envs alone of `--num_seeds` and `--eval_envs` cannot fit
+    (`family`: the env's `envs.common.Family`, whose `env_bytes` is one env's memory)."""
     eval_envs = min(cfg.eval_envs, cfg.eval_episodes) if cfg.eval_envs > 1 else 0
-    env_bytes = envs.family(cfg.env_name).env_bytes
+    env_bytes = family.env_bytes
     what = {f"{2 * cfg.num_seeds} training and evaluation envs": 2 * cfg.num_seeds * env_bytes}
     what[f"{eval_envs} batched evaluation envs"] = eval_envs * env_bytes
     _raise_if_too_big(what, f"--num_seeds={cfg.num_seeds} --eval_envs={cfg.eval_envs}")
@@ -100,11 +100,11 @@ def agent_initializer(spec, agent_config, example: Dict, key):
     return lowered.compile(), lowered.out_info
 
 
-def check_memory(cfg, dataset: Dataset, example: Dict, shapes=None):
+def check_memory(cfg, family, dataset: Dataset, example: Dict, shapes=None):
     """`ValueError` when the run would not fit in this machine's memory, before its agents and buffers exist:
     per seed the agent (parameters, optimizer state and a gradient; `shapes` from `agent_initializer`, which
-    builds them when None), the replay buffer, a batch of `--utd_ratio` x `batch_size` windows and two envs,
-    plus the evaluation envs."""
+    builds them when None), the replay buffer, a batch of `--utd_ratio` x `batch_size` windows and two envs
+    (`family.env_bytes` each), plus the evaluation envs."""
     import jax
 
     if shapes is None:
@@ -119,7 +119,7 @@ def check_memory(cfg, dataset: Dataset, example: Dict, shapes=None):
         rows = max(cfg.buffer_size, dataset.size + 1) if cfg.driver == "main" else cfg.buffer_size
     window = cfg.window_length  # rows per window (SPEC.window_length)
     batch = cfg.agent.get("batch_size", 1) * max(cfg.utd_ratio, 1) * window * row_bytes
-    s, env_bytes = cfg.num_seeds, envs.family(cfg.env_name).env_bytes
+    s, env_bytes = cfg.num_seeds, family.env_bytes
     eval_envs = min(cfg.eval_envs, cfg.eval_episodes) if cfg.eval_envs > 1 else 0
     # Each part with the flags that set its size: the error names those of the largest part.
     parts = [
@@ -139,10 +139,9 @@ def check_memory(cfg, dataset: Dataset, example: Dict, shapes=None):
     _raise_if_too_big({name: size for name, size, _ in parts}, hint or f"--num_seeds={s}")
 
 
-def check_rendering(env_name: str, env) -> None:
-    """`ValueError` unless `env` can render a frame (needed for `--video_episodes`): its family's envs render
+def check_rendering(family, env_name: str, env) -> None:
+    """`ValueError` unless `env` can render a frame (needed for `--video_episodes`): its `family`'s envs render
     (`Family.renders`; robomimic's are built without a renderer) and MuJoCo has a headless OpenGL backend."""
-    family = envs.family(env_name)
     if not family.renders:
         raise ValueError(
             f"--video_episodes: {family.name} envs ({env_name}) are built without a renderer; pass --video_episodes=0."

@@ -189,10 +189,10 @@ def seed_configs(cfg) -> List:
     return configs
 
 
-def load_env_and_data(cfg, name: envs.EnvName):
-    """The family's `load` of `name` with `cfg`'s data flags, a MuJoCo rendering failure reported with its fix."""
+def load_env_and_data(cfg, family: envs.Family, name: envs.EnvName):
+    """`family.load` of `name` with `cfg`'s data flags, a MuJoCo rendering failure reported with its fix."""
     try:
-        return envs.family(name).load(
+        return family.load(
             name,
             envs.DataOptions(
                 dataset_path=cfg.dataset_path,
@@ -229,7 +229,8 @@ def _setup_runs(cfg):
     """`setup_runs` itself: `(runs, seed group record or None)`."""
     with input_errors():
         name = envs.parse(cfg.env_name)
-        check_sizes(cfg)
+        family = envs.family(name)
+        check_sizes(cfg, family)
         configs = seed_configs(cfg)
         records = resume.check_runs(configs) if cfg.resume else [None] * len(configs)
         taken = [resume.run_dir_of(c) for c in configs if c.run_name and os.path.exists(resume.run_dir_of(c))]
@@ -237,7 +238,7 @@ def _setup_runs(cfg):
             raise ValueError(_taken(cfg.run_name, taken))
         spec = agents.get(cfg.agent["agent_name"])
 
-        env_data = load_env_and_data(cfg, name)
+        env_data = load_env_and_data(cfg, family, name)
         what = _log_data(env_data)
         try:
             first_dataset = Dataset.create(
@@ -256,13 +257,12 @@ def _setup_runs(cfg):
             raise ValueError(f"{what}: {e}") from None
         example = first_dataset.sample(1, idxs=np.zeros(1, dtype=int))
         init_agent, agent_shapes = agent_initializer(spec, cfg.agent, example, seeding.jax_key(cfg.seed, "agent"))
-        check_memory(cfg, first_dataset, example, agent_shapes)
+        check_memory(cfg, family, first_dataset, example, agent_shapes)
         check_dataset_fits_env(first_dataset, env_data.env, cfg.env_name, what)
         if cfg.video_episodes > 0:
-            check_rendering(cfg.env_name, env_data.eval_env)
+            check_rendering(family, cfg.env_name, env_data.eval_env)
 
         # Per seed: its envs, its dataset generator over the shared rows, its agent.
-        family = envs.family(name)
         env_datas = [env_data] + [family.envs_for_seed(env_data, name, c.seed) for c in configs[1:]]
         datasets = [first_dataset] + [
             Dataset(dict(first_dataset), rng=seeding.numpy_rng(c.seed, "dataset"),

@@ -9,6 +9,7 @@ import types
 import numpy as np
 import pytest
 
+import envs
 from runner import checks, cli, resume, seed_group, setup
 from runner.collector import make_replay_buffer
 from runner.seed_group import SeedGroup
@@ -141,9 +142,11 @@ class _NoGL:
 
 def test_rendering_is_checked_at_start_up():
     with pytest.raises(ValueError, match="MUJOCO_GL=egl .* MUJOCO_GL=osmesa .* --video_episodes=0"):
-        checks.check_rendering("cube-single-play-singletask-task1-v0", _NoGL())
+        checks.check_rendering(
+            envs.family("cube-single-play-singletask-task1-v0"), "cube-single-play-singletask-task1-v0", _NoGL()
+        )
     with pytest.raises(ValueError, match="robomimic envs .* without a renderer"):
-        checks.check_rendering("lift-mh-low_dim", None)
+        checks.check_rendering(envs.family("lift-mh-low_dim"), "lift-mh-low_dim", None)
 
 
 # ---------------------------------------------------------------- the loop's pieces
@@ -245,14 +248,19 @@ def test_a_run_that_cannot_fit_in_memory_is_an_error_before_it_allocates(monkeyp
     run = _run(monkeypatch, tmp_path, *args)
     example = run.train_dataset.sample(1, idxs=np.zeros(1, dtype=int))
     with pytest.raises(ValueError, match=named):
-        checks.check_sizes(run.cfg)
-        checks.check_memory(run.cfg, run.train_dataset, example)
+        checks.check_sizes(run.cfg, envs.family(run.cfg.env_name))
+        checks.check_memory(run.cfg, envs.family(run.cfg.env_name), run.train_dataset, example)
 
 
 def test_the_default_sizes_fit(monkeypatch, tmp_path):
     run = _run(monkeypatch, tmp_path, "--buffer_size=1000")
-    checks.check_sizes(run.cfg)
-    checks.check_memory(run.cfg, run.train_dataset, run.train_dataset.sample(1, idxs=np.zeros(1, dtype=int)))
+    checks.check_sizes(run.cfg, envs.family(run.cfg.env_name))
+    checks.check_memory(
+        run.cfg,
+        envs.family(run.cfg.env_name),
+        run.train_dataset,
+        run.train_dataset.sample(1, idxs=np.zeros(1, dtype=int)),
+    )
 
 
 # ---------------------------------------------------------------- run directories are never shared
