@@ -51,8 +51,8 @@ class DataOptions:
     """How a run loads its env and data (the driver flags of the same names; docs/datasets.md). `dataset_path`:
     one file; `dataset_dir`: the family's data folder (OGBench: a folder of shards too); `dataset_proportion` in
     (0, 1] keeps the first rows; `sparse`: `sparse_reward_transform` offline and online; `seed`: the envs' seeds
-    (`utils.seeding.env_seed`); `success_timing`, `dataset_success_timing`: 'post' or 'pre' (OGBench; other
-    families refuse a value other than the default); `load_val` loads a validation file where one exists;
+    (`utils.seeding.env_seed`); `success_timing`, `dataset_success_timing`: 'post' or 'pre' (OGBench's; other
+    families have no such setting and ignore them); `load_val` loads a validation file where one exists;
     `hash_datasets` records each file's sha256."""
 
     dataset_path: str | None = None
