@@ -1,4 +1,4 @@
-"""Everything a run builds before its loop: one `Run` per seed (`setup_runs`) and the checks of its inputs.
+"""Everything a run builds before its loop: one `Run` per seed (`setup_runs`), its inputs checked (`runner.checks`).
 
 `setup_runs`, in order: the compilation cache; the size and resume checks; `envs.parse` of the env name; the
 family's `load` of the envs and offline data (once); the checks on the data, windows, goals, shapes, memory and
