@@ -6,32 +6,50 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import logging
 import os
 import pkgutil
 
 from envs.common import DataOptions, EnvAndDatasets, EnvName, Family
 
+logger = logging.getLogger(__name__)
+
 _DIR = os.path.dirname(os.path.abspath(__file__))
 # Modules of envs/ that are not families: the shared pieces, the provenance records and the two data tools.
 _NOT_FAMILIES = ("common", "provenance", "generate_dataset", "download_datasets")
 FAMILIES: dict[str, Family] = {}
-# Files of envs/ that could not be imported, {path: why}: a half-edited family file does not stop the others' runs,
-# and the unknown-name error names it.
+# Family files that are left out, {path: why}: one that cannot be imported, or two that claim one family name (a
+# copy that kept its name: which one ran would depend on the order of files). They stop no other family's runs;
+# the unknown-name error names them.
 PROBLEMS: dict[str, str] = {}
+_FILES: dict[str, str] = {}  # family name -> the file that defines it
+
+
+class UnknownEnvName(ValueError):
+    """A name no family parses (`parse`)."""
+
 
 for _info in sorted(pkgutil.iter_modules([_DIR]), key=lambda m: m.name):
     if _info.name.startswith("_") or _info.name in _NOT_FAMILIES:
         continue
+    _path = f"envs/{_info.name}.py"
     try:
         _family = getattr(importlib.import_module(f"envs.{_info.name}"), "FAMILY", None)
     except Exception as e:  # noqa: BLE001 - whatever the file raises is reported when a name is not found
-        PROBLEMS[f"envs/{_info.name}.py"] = f"{type(e).__name__}: {e}"
+        PROBLEMS[_path] = f"could not be imported ({type(e).__name__}: {e})"
         continue
-    if isinstance(_family, Family):
-        if _family.name in FAMILIES:
-            raise ValueError(f"two files of envs/ define the family {_family.name!r}; give the new one its own name.")
-        FAMILIES[_family.name] = _family
+    if not isinstance(_family, Family):
+        continue
+    if _family.name in _FILES:
+        first = _FILES[_family.name]
+        PROBLEMS[_path] = f"defines the family {_family.name!r} as {first} does: give the new one its own name"
+        PROBLEMS.setdefault(first, f"defines the family {_family.name!r} as {_path} does")
+        FAMILIES.pop(_family.name, None)
+        continue
+    _FILES[_family.name] = _path
+    FAMILIES[_family.name] = _family
 
 
 def patterns() -> list[str]:
@@ -40,19 +58,34 @@ def patterns() -> list[str]:
 
 
 def parse(env_name: str) -> EnvName:
-    """`env_name` parsed by the family it belongs to. `ValueError`: one line listing every family's patterns
-    (and any family file that could not be imported, `PROBLEMS`) for a name no family knows; the family's own
-    message for one of its names with a bad part (task 9)."""
+    """`env_name` parsed by the family it belongs to.
+
+    Raises:
+        UnknownEnvName (a `ValueError`): a name no family knows, one line listing every family's patterns and the
+            family files left out (`PROBLEMS`) or whose `parse` failed on the name (another exception than
+            `ValueError`: that family is skipped, the others still parse).
+        ValueError: the family's own message for one of its names with a bad part (task 9).
+    """
+    failed = []
     for family_ in FAMILIES.values():
-        parsed = family_.parse(env_name)
+        try:
+            parsed = family_.parse(env_name)
+        except ValueError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a bug in one family's parse must not stop the others' names
+            failed.append(f"{_FILES[family_.name]}'s parse failed on it ({type(e).__name__}: {e})")
+            continue
         if parsed is not None:
+            if failed:
+                logger.warning("%s; parsed by %s instead.", "; ".join(failed), _FILES[family_.name])
             return parsed
-    broken = "".join(f"; {path} could not be imported ({why})" for path, why in PROBLEMS.items())
-    raise ValueError(f"Unknown environment {env_name!r}. Supported: " + "; ".join(patterns()) + broken)
+    notes = [f"{path} {why}" for path, why in PROBLEMS.items()] + failed
+    raise UnknownEnvName(f"Unknown environment {env_name!r}. Supported: " + "; ".join(patterns() + notes))
 
 
 def family(name: EnvName | str) -> Family:
-    """The family of a parsed name (or of an env name, parsed here)."""
+    """The `Family` of a parsed name, or of an env name (parsed here; `parse`'s errors). Not a family's name:
+    `FAMILIES[family_name]` is that."""
     return FAMILIES[(parse(name) if isinstance(name, str) else name).family]
 
 
@@ -64,11 +97,21 @@ def make_env_and_datasets(env_name: str, **options) -> EnvAndDatasets:
 
 
 def record_of(flags_record: dict) -> dict:
-    """The `env` block of a run's `flags.json` record: the one it wrote, or (a run recorded before runs wrote
-    it) `parse` of its `flags.env_name`. `ValueError` for a record with neither, or an unknown name."""
-    if isinstance(flags_record.get("env"), dict):
-        return flags_record["env"]
+    """The `env` block of a run's `flags.json` record: the one it wrote, when it has every `EnvName` field with
+    `name` equal to its `flags.env_name`, else `parse(flags.env_name).record()` (a run recorded before runs wrote
+    the block, or a damaged block). `ValueError` for a record without `flags.env_name` (`UnknownEnvName` for a
+    name no family here knows)."""
     env_name = (flags_record.get("flags") or {}).get("env_name")
     if not isinstance(env_name, str):
-        raise ValueError(f"the record has no env block and no flags.env_name (got {env_name!r})")
+        raise ValueError(f"the record has no flags.env_name (got {env_name!r})")
+    block = flags_record.get("env")
+    fields = {f.name for f in dataclasses.fields(EnvName)}
+    if isinstance(block, dict) and fields <= set(block) and block["name"] == env_name:
+        texts = ("family", "name", "domain", "paper_domain", "paper_task", "short")
+        task = block["task"]
+        task_ok = task is None or (isinstance(task, int) and not isinstance(task, bool) and task >= 1)
+        if all(isinstance(block[k], str) for k in texts) and task_ok:
+            return block
+    if block is not None:
+        logger.warning("flags.json's env block %r is not one of %s: using envs.parse's instead.", block, env_name)
     return parse(env_name).record()

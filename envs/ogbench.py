@@ -111,10 +111,10 @@ _ALL_DOMAIN_RE = "|".join(re.escape(d) for d in ALL_DOMAINS)
 _GOAL_DOMAIN_RE = "|".join(re.escape(d) for d in GOAL_DOMAINS)
 _TYPE_RE = "|".join(DATASET_TYPES)
 _ANY_TYPE_RE = "|".join(DATASET_TYPES + EXPERT_DATASET_TYPES)
-_ENV_RE = re.compile(rf"^(?P<domain>{_DOMAIN_RE})-(?P<type>{_TYPE_RE})-singletask(?:-task(?P<task>\d+))?-v0$")
-_ORACLEREP_RE = re.compile(rf"^(?P<domain>{_GOAL_DOMAIN_RE})-(?P<type>{_ANY_TYPE_RE})-oraclerep-v0$")
-_DATASET_RE = re.compile(rf"^(?P<domain>{_ALL_DOMAIN_RE})-(?P<type>{_ANY_TYPE_RE})-v0$")
-_COLLECTION_RE = re.compile(rf"^(?P<domain>{_ALL_DOMAIN_RE})-v0$")
+_ENV_RE = re.compile(rf"^(?P<domain>{_DOMAIN_RE})-(?P<type>{_TYPE_RE})-singletask(?:-task(?P<task>[0-9]+))?-v0\Z")
+_ORACLEREP_RE = re.compile(rf"^(?P<domain>{_GOAL_DOMAIN_RE})-(?P<type>{_ANY_TYPE_RE})-oraclerep-v0\Z")
+_DATASET_RE = re.compile(rf"^(?P<domain>{_ALL_DOMAIN_RE})-(?P<type>{_ANY_TYPE_RE})-v0\Z")
+_COLLECTION_RE = re.compile(rf"^(?P<domain>{_ALL_DOMAIN_RE})-v0\Z")
 
 _MANIPULATION_GOAL_DOMAINS = [d for d in GOAL_DOMAINS if d not in EXPERT_DOMAINS]
 SUPPORTED_PATTERNS = (
@@ -758,7 +758,7 @@ def parse_env_name(env_name: str) -> EnvName | None:
         paper_domain = domain if dataset_type == "play" else f"{domain}-{dataset_type}"
         task = "default" if parsed.task_id is None else f"task{parsed.task_id}"
         paper_task = f"{domain}-{dataset_type}-{task}"
-        short = paper_domain + ("" if parsed.task_id is None else f"-t{parsed.task_id}")
+        short = paper_domain + ("" if parsed.task_id is None else f"-t{_ENV_RE.match(env_name)['task']}")  # as typed
     goal = parsed.oraclerep
     return EnvName("ogbench", env_name, domain, dataset_type, parsed.task_id, goal, paper_domain, paper_task, short)
 

@@ -96,7 +96,7 @@ DATASET_ROBOSUITE_VERSION = "1.5"
 # Where robomimic publishes its v1.5 datasets (a Hugging Face dataset repository; `robomimic.DATASET_REGISTRY`).
 DOWNLOAD_BASE_URL = "https://huggingface.co/datasets/robomimic/robomimic_datasets/resolve/main"
 
-_NAME_RE = re.compile(rf"^(?P<task>{'|'.join(EPISODE_CAPS)})-(?P<type>{'|'.join(DATASET_TYPES)})-low_dim$")
+_NAME_RE = re.compile(rf"^(?P<task>{'|'.join(EPISODE_CAPS)})-(?P<type>{'|'.join(DATASET_TYPES)})-low_dim\Z")
 _DEMO_RE = re.compile(r"^demo_(\d+)$")
 
 

@@ -58,7 +58,7 @@ def _parse(env_name: str) -> Tuple[str, str]:
     known = {d for spec in agents.REGISTRY.values() for m in spec.methods.values() for d in m.per_domain}
     try:
         name = envs.parse(env_name)
-    except ValueError:
+    except envs.UnknownEnvName:  # no family's name: no paper settings (below); a family's bad part is its own error
         name = None
     if name is not None and (name.domain in known or name.domain in _borrowed()):
         return name.domain, name.dataset_type

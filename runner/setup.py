@@ -1,6 +1,6 @@
 """Everything a run builds before its loop: one `Run` per seed (`setup_runs`), its inputs checked (`runner.checks`).
 
-`setup_runs`, in order: the compilation cache; the size and resume checks; `envs.parse` of the env name; the
+`setup_runs`, in order: the compilation cache; `envs.parse` of the env name; the size and resume checks; the
 family's `load` of the envs and offline data (once); the checks on the data, windows, goals, shapes, memory and
 rendering; the agent's program made once and created per seed; the envs of each seed; with `--resume`, the run
 states (`runner.resume`); only then each seed's run directory (`flags.json`) and logger. Every bad input raises

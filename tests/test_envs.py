@@ -331,3 +331,30 @@ def test_eval_env_is_built_on_first_read_and_reset_once_with_its_seed():
     assert calls == []
     env = out.eval_env
     assert isinstance(env, Env) and out.eval_env is env and calls == ["make", ("reset", 7)]
+
+
+def test_names_are_matched_whole_in_ascii_digits_and_run_names_keep_the_typed_task():
+    assert envs.parse("cube-double-play-singletask-task2-v0").short == "cube-double-t2"
+    assert envs.parse("cube-double-play-singletask-task01-v0").short == "cube-double-t01"  # sweeps before keep names
+    assert envs.parse("cube-double-play-singletask-task01-v0").task == 1
+    for bad in (
+        "cube-single-play-singletask-task1-v0\n",
+        "lift-mh-low_dim\n",
+        "cube-double-play-singletask-task\uff11-v0",
+    ):
+        with pytest.raises(envs.UnknownEnvName, match="Unknown environment"):
+            envs.parse(bad)
+
+
+def test_the_env_block_is_read_only_when_whole_and_of_the_runs_name():
+    name = "cube-double-play-singletask-task2-v0"
+    good = envs.parse(name).record()
+    assert envs.record_of({"flags": {"env_name": name}, "env": good}) is good
+    assert envs.record_of({"flags": {"env_name": name}}) == good  # a run recorded before the block
+    for damaged in ({}, {"family": "ogbench", "name": name}, {**good, "paper_domain": None}, {**good, "task": "two"},
+                    {**good, "name": "cube-single-play-singletask-task1-v0"}, "ogbench"):  # fmt: skip
+        assert envs.record_of({"flags": {"env_name": name}, "env": damaged}) == good, damaged
+    with pytest.raises(envs.UnknownEnvName):
+        envs.record_of({"flags": {"env_name": "foo-v0"}})
+    with pytest.raises(ValueError, match="no flags.env_name"):
+        envs.record_of({"env": good})

@@ -168,6 +168,15 @@ def test_unknown_domain_is_an_error(env_name):
         methods.resolve("main", "qc", env_name, {})
 
 
+def test_a_bad_part_of_a_known_name_is_the_familys_error_not_a_missing_domain():
+    with pytest.raises(ValueError, match=r"--method=qc: .*task id must be in 1..5, got 7"):
+        methods.resolve("main", "qc", "cube-double-play-singletask-task7-v0", {})
+    with pytest.raises(ValueError, match="humanoidmaze-giant datasets are of type navigate"):
+        methods.resolve("main", "dqc", "humanoidmaze-giant-play-oraclerep-v0", {})
+    with pytest.raises(ValueError, match="no paper settings for --env_name=foo-v0"):  # no family's name
+        methods.resolve("main", "qc", "foo-v0", {})
+
+
 def test_a_domain_only_another_method_has_is_an_error():
     # puzzle-4x4 takes puzzle-4x5's DQC values; the Q-chunking paper has none for it.
     assert methods.domain_of("puzzle-4x4-play-oraclerep-v0") == "puzzle-4x4"

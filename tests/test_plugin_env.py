@@ -117,20 +117,37 @@ def test_a_new_family_in_one_file_works_with_every_tool(repo, tmp_path):
     assert rows and {(row["panel"], row["tasks"]) for row in rows} == {("pendulum-random-v1",) * 2}, rows[:2]
 
 
-def test_a_family_file_that_cannot_be_imported_stops_no_other_family(repo):
-    broken = os.path.join(repo, "envs", "broken.py")
-    with open(broken, "w") as f:
-        f.write("FAMILY = undefined_name\n")
-    code = (
-        "import envs; print(envs.parse('pendulum-random-v1').family)\n"
-        "try:\n    envs.parse('broken-v0')\nexcept ValueError as e:\n    print(e)"
-    )
-    try:
-        result = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=120)
-    finally:
-        os.remove(broken)
+def _parse_in(repo, *names):
+    """`envs.parse(name).family`, or the error's message, of each name, in a process started in `repo`."""
+    code = "import envs, sys\nfor n in sys.argv[1:]:\n    try:\n        print(envs.parse(n).family)\n" \
+           "    except ValueError as e:\n        print(e)"  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", code, *names], cwd=repo, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    family, error = result.stdout.strip().splitlines()
-    assert family == "pendulum"
-    assert error.startswith("Unknown environment 'broken-v0'") and "pendulum: pendulum-random-v1" in error
-    assert error.endswith("envs/broken.py could not be imported (NameError: name 'undefined_name' is not defined)")
+    return result.stdout.strip().splitlines()
+
+
+def test_a_broken_family_file_stops_no_other_family(repo):
+    added = {
+        "broken.py": "FAMILY = undefined_name\n",  # cannot be imported
+        "a_buggy.py": example_family()
+        .replace("if env_name != NAME:", 'if env_name.split("-")[5]:')
+        .replace('name="pendulum"', 'name="buggy"'),  # its parse raises IndexError on most names
+    }
+    for file, text in added.items():
+        with open(os.path.join(repo, "envs", file), "w") as f:
+            f.write(text)
+    try:
+        family, ogbench, error = _parse_in(repo, "pendulum-random-v1", "cube-double-play-singletask-task2-v0", "x-v0")
+        with open(os.path.join(repo, "envs", "pendulum_copy.py"), "w") as f:
+            f.write(example_family())  # a copy that kept the family's name: both files are left out
+        clash, _, _ = _parse_in(repo, "pendulum-random-v1", "cube-double-play-singletask-task2-v0", "x-v0")
+    finally:
+        for file in (*added, "pendulum_copy.py"):
+            if os.path.exists(os.path.join(repo, "envs", file)):
+                os.remove(os.path.join(repo, "envs", file))
+    assert (family, ogbench) == ("pendulum", "ogbench")
+    assert error.startswith("Unknown environment 'x-v0'") and "pendulum: pendulum-random-v1" in error
+    assert "envs/broken.py could not be imported (NameError: name 'undefined_name' is not defined)" in error
+    assert "envs/a_buggy.py's parse failed on it (IndexError: list index out of range)" in error
+    assert clash.startswith("Unknown environment 'pendulum-random-v1'")
+    assert "envs/pendulum_copy.py defines the family 'pendulum' as envs/pendulum.py does" in clash

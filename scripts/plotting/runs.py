@@ -201,6 +201,8 @@ def domain_and_task(env: Mapping, task_id: Optional[int]) -> Tuple[str, str]:
     'lift')`; data the paper did not use keeps its type: `('cube-double-noisy', 'cube-double-noisy-task2')`,
     `('lift-ph', 'lift-ph')`. A default-task run is named by the task it ran (`task_id`, from its record). An env
     without paper settings is its own domain and task."""
+    if "paper_domain" not in env:  # a name no family here knows
+        return env["name"], env["name"]
     try:
         methods.domain_of(env["name"])
     except ValueError:
@@ -340,8 +342,10 @@ def make_run(source: str, config_file: str, record: Dict, rows: Iterable[Tuple[i
     task_id = record.get("task_id")
     try:
         env = envs.record_of(record)
-    except ValueError:  # a name no family here knows (a family added elsewhere): its own domain and task
+    except envs.UnknownEnvName:  # a name no family here knows (a family added elsewhere): its own domain and task
         env = {"family": "unknown", "name": flags["env_name"]}
+    except ValueError as e:  # a name of a known family with a bad part
+        raise InputError(f"{config_file}: malformed run config: {e}") from None
     domain, task = domain_and_task(env, None if task_id is None else _count(task_id, "task_id", 1))
     return Run(
         source=source,
