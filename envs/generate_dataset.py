@@ -94,6 +94,7 @@ import time
 import zipfile
 from collections.abc import Iterator
 
+import gymnasium
 import numpy as np
 
 from envs.common import val_path_for
@@ -104,7 +105,6 @@ from envs.ogbench import (
     OGBenchName,
     default_dataset_path,
     download_command,
-    make,
     parse_ogbench_name,
 )
 from envs.provenance import GENERATOR_METADATA_KEY, encode_generator_metadata
@@ -321,7 +321,7 @@ class _EpisodeMaker:
 
     def __init__(self, settings: _Settings):
         self.settings = settings
-        self.env = make(
+        self.env = gymnasium.make(
             settings.name.collection_env_id,
             terminate_at_goal=False,
             mode="data_collection",

@@ -309,17 +309,12 @@ def timing_metadata(success_timing: str) -> dict:
     }
 
 
-def make(env_id: str, **kwargs) -> gymnasium.Env:
-    """`gymnasium.make(env_id, **kwargs)` of an env ogbench registered."""
-    return gymnasium.make(env_id, **kwargs)
-
-
 def make_ogbench_env(env_name: str, success_timing: str = "post", **env_kwargs) -> gymnasium.Env:
     """The single-task env of a training env name (ogbench's `env_only=True`) with the success timing passed
     explicitly (docs/datasets.md, section 5); `env_kwargs` go to `gymnasium.make`. `ValueError` for an
     unsupported name or timing."""
     env_id = _parse_env_name(env_name).env_id
-    return make(env_id, success_timing=check_success_timing(success_timing), **env_kwargs)
+    return gymnasium.make(env_id, success_timing=check_success_timing(success_timing), **env_kwargs)
 
 
 def task_env(env, private: Callable[[str], gymnasium.Env], env_id: str) -> gymnasium.Env:
@@ -335,7 +330,7 @@ def _relabel_env(env_id: str) -> gymnasium.Env:
     # A private env per task for relabelling: `relabel_dataset` resets the env it is given, which must
     # never be the env a driver is in the middle of an episode with (e.g. when swapping shards). It only
     # supplies the task's targets, so its success timing does not matter.
-    return make(env_id)
+    return gymnasium.make(env_id)
 
 
 # The data the DQC paper's runs used per domain (release experiments/reproduce.py, `sizes`): a large shard set, or
@@ -564,14 +559,16 @@ def make_oraclerep_env(env_name: str, success_timing: str = "post", **env_kwargs
     """`gymnasium.make('<domain>-v0', use_oracle_rep=True, success_timing=..., **env_kwargs)` for `env_name`, not
     wrapped (`make_eval_env` adds the wrappers); `ValueError` for a bad name or timing."""
     name = parse_oraclerep_name(env_name)
-    return make(name.env_id, use_oracle_rep=True, success_timing=check_success_timing(success_timing), **env_kwargs)
+    return gymnasium.make(
+        name.env_id, use_oracle_rep=True, success_timing=check_success_timing(success_timing), **env_kwargs
+    )
 
 
 @functools.lru_cache(maxsize=None)
 def _private_goal_env(env_id: str) -> gymnasium.Env:
     # A private env per domain: `add_oracle_reps` reads the number of cubes from it, `task_names` its tasks.
     # Never a driver's env (nothing here resets or steps it).
-    return make(env_id, use_oracle_rep=True)
+    return gymnasium.make(env_id, use_oracle_rep=True)
 
 
 def task_names(env_name: str, env=None) -> tuple[str, ...]:
