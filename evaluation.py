@@ -44,7 +44,9 @@ from utils.vector_eval import (  # noqa: F401  (re-exported: the drivers and tes
     LockstepRunner,
     check_agent,
     check_vector_env,
+    chunk_and_length,
     episode_key,
+    executed_length_stats,
     make_eval_vector_env,
     policy_kwargs,
     resolve_vector_mode,
@@ -59,16 +61,18 @@ class ActionQueue:
     """Executes action chunks open-loop, asking the policy for a new chunk only when empty.
 
     Args:
-        policy_fn: `observation -> chunk` with `chunk` of shape `(h * action_dim,)` (or
-            `(action_dim,)` without chunking); values in [-1, 1].
+        policy_fn: `observation -> chunk` with `chunk` of shape `(h * A,)` (or `(A,)` without chunking);
+            values in [-1, 1]. An agent that picks how many actions to execute returns `(chunk, length)`,
+            `length` in `1..h`: the queue executes exactly the first `length` actions, then calls again.
         action_dim: size of one environment action `A`; the chunk is split into
             `chunk.size // A` actions executed in order.
-        max_actions: execute only the first `max_actions` actions of each chunk (the release's
-            `action_chunk_eval_size`); None: all of them.
+        max_actions: execute at most the first `max_actions` actions of each chunk (the release's
+            `action_chunk_eval_size`); None: all of them (or `length`).
 
-    `num_policy_calls` counts the calls of `policy_fn` since construction. Call
+    `num_policy_calls` counts the calls of `policy_fn` since construction; `lengths` holds the actions taken
+    from each chunk whose policy chose a length (empty for whole chunks), `horizon` the actions per chunk. Call
     `reset` at every episode end so a chunk never spills into the next episode.
-    Raises `ValueError` when a chunk's size is not a multiple of `action_dim`.
+    Raises `ValueError` when a chunk's size is not a multiple of `action_dim`, or a length is not in `1..h`.
     """
 
     def __init__(
@@ -80,6 +84,8 @@ class ActionQueue:
         self.action_dim = action_dim
         self.max_actions = _check_max_actions(max_actions)
         self.num_policy_calls = 0
+        self.lengths: List[int] = []
+        self.horizon: Optional[int] = None
         self._queue: List[np.ndarray] = []
 
     def reset(self):
@@ -94,8 +100,11 @@ class ActionQueue:
         if not self._queue:
             # Difference from the reference: the policy is called only here, when the queue is
             # empty, not at every step (which wasted compute and shifted the random stream).
-            chunk = np.asarray(self.policy_fn(observation))
-            self._queue = split_chunk(chunk, self.action_dim, self.max_actions)
+            chunk, length = chunk_and_length(self.policy_fn(observation))
+            self._queue = split_chunk(chunk, self.action_dim, self.max_actions, length)
+            self.horizon = chunk.size // self.action_dim
+            if length is not None:
+                self.lengths.append(len(self._queue))
             self.num_policy_calls += 1
         return self._queue.pop(0)
 
@@ -109,7 +118,7 @@ def _check_max_actions(max_actions) -> Optional[int]:
 
 
 class Policy:
-    """`observation -> np.ndarray chunk` that splits a fresh key from its own stream at each call.
+    """`observation -> the agent's output` (a chunk, or `(chunk, length)`), a fresh key from its own stream per call.
 
     The stream starts at `rng` and is private to this object, so evaluation never consumes the
     training stream. At each call `rng, key = jax.random.split(rng)` and `key` goes to the agent, with `goals=goal`
@@ -123,9 +132,9 @@ class Policy:
         self.rng = rng
         self.kwargs = policy_kwargs(goal, best_of_n, temperature)
 
-    def __call__(self, observation) -> np.ndarray:
+    def __call__(self, observation):
         self.rng, key = jax.random.split(self.rng)
-        return np.asarray(self.agent.sample_actions(observation, rng=key, **self.kwargs))
+        return self.agent.sample_actions(observation, rng=key, **self.kwargs)
 
 
 def _flatten(d: Dict, parent: str = "") -> Dict:
@@ -162,15 +171,21 @@ def _episode_plan(num_eval_episodes: int, num_video_episodes: int, task_names: O
 
 
 def _aggregate(results, task_ids, task_names) -> Dict[str, float]:
-    """Means of `(final info, policy calls)` over the episodes, plus `<task name>_success` per task."""
-    stats = defaultdict(list)
-    for info, calls in results:
+    """Means of `(final info, policy calls, lengths, horizon)` over the episodes, plus `<task name>_success` per
+    task and, when the agent chose how many actions of its chunks to execute, `executed_length_stats` over every
+    chunk of every episode."""
+    stats, lengths, horizon = defaultdict(list), [], None
+    for info, calls, episode_lengths, episode_horizon in results:
         _add_episode_stats(stats, info, calls)
+        lengths += episode_lengths
+        horizon = horizon or episode_horizon
     means = _mean_stats(stats)
     if task_names is not None and "success" in stats:
         success = np.asarray(stats["success"])
         for t, name in enumerate(task_names, start=1):
             means[f"{name}_success"] = float(np.mean(success[np.asarray(task_ids) == t]))
+    if lengths:
+        means.update(executed_length_stats(lengths, horizon))
     return means
 
 
@@ -187,7 +202,7 @@ def _run_episode(
     best_of_n=None,
     temperature=None,
 ):
-    """One sequential episode: `(traj or frames, final info, policy calls)`.
+    """One sequential episode: `(traj or frames, final info, policy calls, executed lengths, horizon)`.
 
     With `task_id` the env is reset to that task and its goal (`info['goal']`) goes to the policy; a rendered
     goal-conditioned episode shows the goal frame above every frame, as the release's videos do.
@@ -218,7 +233,8 @@ def _run_episode(
             traj["reward"].append(reward)
             traj["done"].append(done)
         observation = next_observation
-    return (np.stack(frames) if render else dict(traj)), info, queue.num_policy_calls
+    result = np.stack(frames) if render else dict(traj)
+    return result, info, queue.num_policy_calls, queue.lengths, queue.horizon
 
 
 def evaluate(
@@ -271,9 +287,11 @@ def evaluate(
     Returns:
         `(stats, trajs, renders)`: `stats` maps each numeric key of the flattened final
         `info` (`success`, `episode.return`, `episode.length`, ...) to its mean over the
-        evaluation episodes, plus `policy_calls_per_episode` and, goal-conditioned, `<task name>_success`
-        for every task; `trajs` is one dict of lists (`observation`, `action`, `reward`, `done`, one entry
-        per step) per evaluation episode, in episode order; `renders` one `(T, H, W, 3)` array per video
+        evaluation episodes, plus `policy_calls_per_episode`, goal-conditioned `<task name>_success` for every
+        task, and for an agent that picks how many actions of each chunk to execute `executed_length.mean` and
+        `executed_length.share_<k>` (k = 1..h) over all chunks of the evaluation episodes; `trajs` is one dict
+        of lists (`observation`, `action`, `reward`, `done`, one entry per step) per evaluation episode, in episode
+        order; `renders` one `(T, H, W, 3)` array per video
         episode.
 
     Raises:
@@ -312,7 +330,7 @@ def evaluate(
     episodes = range(first_video, len(plan))
     for i in progress_bar(episodes, desc="eval", leave=False, disable=not progress or not len(episodes)):
         should_render = i >= num_eval
-        result, info, calls = _run_episode(
+        result, info, *policy_stats = _run_episode(
             agent,
             env,
             episode_key(key, i),
@@ -329,7 +347,7 @@ def evaluate(
             renders.append(result)
         else:
             trajs.append(result)
-            results.append((info, calls))
+            results.append((info, *policy_stats))
     if vector_env is None:
         stats = _aggregate(results, plan[:num_eval], task_names)
     return stats, trajs, renders
@@ -370,7 +388,8 @@ def evaluate_batched(
       `(E, *ob)`, so it compiles once per agent structure.
     * A finished slot is reset right away with its next episode's seed (`reset_mask`); the new
       episode starts at the next chunk boundary (a step that is a multiple of the executed chunk length;
-      the slot skips the steps until then), so the slots keep calling the policy at the same steps. Slots
+      the slot skips the steps until then), so the slots keep calling the policy at the same steps. An agent
+      that picks its chunks' lengths has no common boundary: a new episode starts at the next step. Slots
       without an episode are skipped too (all-NaN actions, `PausableEnv`); they cost neither env steps nor
       results.
     * The final info of each episode is rebuilt from the stacked vector infos (`slot_info`) and
@@ -416,5 +435,5 @@ def evaluate_batched(
     runner = LockstepRunner(policy, vector_env, key, reset_seeds, action_dim, task_ids, max_actions)
     with progress_bar(total=len(plan), desc="eval", leave=False, disable=not progress) as bar:
         results = runner.run(on_episode_end=lambda: bar.update(1))
-    stats = _aggregate([(info, calls) for _, info, calls in results], plan, task_names)
-    return stats, [traj for traj, _, _ in results], []
+    stats = _aggregate([result[1:] for result in results], plan, task_names)
+    return stats, [result[0] for result in results], []

@@ -8,6 +8,7 @@ import numpy as np
 from evaluation import ActionQueue
 from utils import seeding
 from utils.datasets import ReplayBuffer
+from utils.vector_eval import executed_length_stats
 
 BUFFER_KEYS = ("observations", "actions", "rewards", "terminals", "masks", "next_observations")
 
@@ -18,8 +19,9 @@ class OnlineCollector:
     A new chunk comes from `agent.collect_actions(observation, rng=key)` when the agent has it (exploration
     online), else `agent.sample_actions`; `key` is split off the collector's own stream `rng`. The buffer
     gets `terminals = terminated or truncated`, `masks = 1 - terminated` and `reward_fn(reward)` (the env's
-    transform, as offline); `step` returns a finished episode's final `info`. `reset_seed` seeds the first
-    reset only. `state()` / `restore(state)` work at any step: an episode in progress is saved as its
+    transform, as offline); `step` returns a finished episode's final `info` (with `executed_length`, the
+    `executed_length_stats` of its chunks, when the agent picks how many actions to execute). `reset_seed` seeds
+    the first reset only. `state()` / `restore(state)` work at any step: an episode in progress is saved as its
     actions and replayed (docs/outputs.md, "Resume and preemption").
     """
 
@@ -34,7 +36,7 @@ class OnlineCollector:
     def _policy(self, observation):
         self.rng, key = jax.random.split(self.rng)
         act = getattr(self.agent, "collect_actions", None) or self.agent.sample_actions
-        return np.asarray(act(observation, rng=key))
+        return act(observation, rng=key)
 
     def state(self) -> Dict:
         """JSON-able: policy key, env generator and the episode in progress (if any)."""
@@ -54,6 +56,8 @@ class OnlineCollector:
                 "observation": np.asarray(self.observation).tolist(),
                 "observation_dtype": str(np.asarray(self.observation).dtype),
             }
+            if self.queue.lengths:  # the agent picks its chunks' lengths: the episode's so far
+                state["episode"]["executed_lengths"] = {"lengths": self.queue.lengths, "horizon": self.queue.horizon}
         return state
 
     def restore(self, state: Dict):
@@ -64,6 +68,7 @@ class OnlineCollector:
         self.observation = None
         self._episode_start, self._episode_actions = None, []
         self.queue.reset()
+        self.queue.lengths = []
         episode = state.get("episode")
         if episode is not None:
             seeding.set_generator_state(self.env.unwrapped.np_random, episode["start_env_rng"])
@@ -84,6 +89,8 @@ class OnlineCollector:
                 )
             self.observation = observation
             self.queue._queue = [np.asarray(a, dtype=np.float32) for a in episode["queue"]]
+            executed = episode.get("executed_lengths") or {"lengths": [], "horizon": None}
+            self.queue.lengths, self.queue.horizon = list(executed["lengths"]), executed["horizon"]
         seeding.set_generator_state(self.env.unwrapped.np_random, state["env_rng"])
 
     def step(self, agent, buffer) -> Optional[Dict]:
@@ -110,6 +117,9 @@ class OnlineCollector:
         if done:
             self.observation = None
             self.queue.reset()
+            if self.queue.lengths:
+                info = {**info, "executed_length": executed_length_stats(self.queue.lengths, self.queue.horizon)}
+                self.queue.lengths = []
             return info
         self.observation = next_observation
         return None
@@ -152,8 +162,9 @@ def make_replay_buffer(run, with_offline_data: bool) -> ReplayBuffer:
 
 
 def episode_stats(info: Dict) -> Dict:
-    """Success, return and length of a finished training episode (for the `env` CSV)."""
+    """Success, return and length of a finished training episode (for the `env` CSV), and its chunks'
+    `executed_length.*` when the agent picks how many actions to execute."""
     stats = {"success": float(info.get("success", np.nan))}
     for k, v in info.get("episode", {}).items():
         stats[f"episode.{k}"] = float(v)
-    return stats
+    return {**stats, **info.get("executed_length", {})}

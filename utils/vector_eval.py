@@ -7,7 +7,7 @@ share (`split_chunk`, `episode_key`, `policy_kwargs`).
 import functools
 import os
 from collections import defaultdict
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import gymnasium
 import jax
@@ -27,16 +27,42 @@ SLOT_TASK_IDS = "slot_task_ids"
 # ---------------------------------------------------------------- shared with the sequential evaluation
 
 
-def split_chunk(chunk: np.ndarray, action_dim: int, max_actions: Optional[int] = None) -> List[np.ndarray]:
-    """`(h * A,)` -> the first `min(h, max_actions)` of its `h` actions `(A,)` (all without `max_actions`).
+def chunk_and_length(out) -> Tuple[np.ndarray, Optional[int]]:
+    """A policy's output as `(chunk (h * A,), length)`: an agent that picks how many actions of its chunk to
+    execute returns `(chunk, length)` with `length` in `1..h` (ACSAC); any other returns the chunk alone
+    (length None: the whole chunk)."""
+    if isinstance(out, (tuple, list)):
+        chunk, length = out
+        return np.asarray(chunk), int(np.asarray(length))
+    return np.asarray(out), None
+
+
+def split_chunk(
+    chunk: np.ndarray, action_dim: int, max_actions: Optional[int] = None, length: Optional[int] = None
+) -> List[np.ndarray]:
+    """`(h * A,)` -> its first `min(h, length, max_actions)` actions `(A,)` (all `h` without either).
 
     Raises:
-        ValueError: the size is not a multiple of `A`.
+        ValueError: the size is not a multiple of `A`, or `length` is not in `1..h`.
     """
     if chunk.size % action_dim != 0:
         raise ValueError(f"The policy returned {chunk.size} numbers, not a multiple of action_dim={action_dim}.")
     actions = list(chunk.reshape(-1, action_dim))
+    if length is not None:
+        if not 1 <= length <= len(actions):
+            raise ValueError(f"The policy chose to execute {length} actions of a chunk of {len(actions)}.")
+        actions = actions[:length]
     return actions if max_actions is None else actions[:max_actions]
+
+
+def executed_length_stats(lengths: Sequence[int], horizon: int) -> Dict[str, float]:
+    """`executed_length.mean` and `executed_length.share_<k>` for `k = 1..horizon`: the actions executed of each
+    chunk (the agent's chosen length, cut by `action_chunk_eval_size`), over the chunks of `lengths`."""
+    lengths = np.asarray(lengths, float)
+    stats = {"executed_length.mean": float(lengths.mean()) if lengths.size else float("nan")}
+    for k in range(1, horizon + 1):
+        stats[f"executed_length.share_{k}"] = float(np.mean(lengths == k)) if lengths.size else float("nan")
+    return stats
 
 
 def episode_key(key: jax.Array, episode: int) -> jax.Array:
@@ -179,7 +205,8 @@ def check_vector_env(vector_env):
 
 @functools.partial(jax.jit, static_argnames="best_of_n")
 def _policy_rows(agent, observations, goals, streams, temperature=None, best_of_n=None):
-    """One policy call per row: `(chunks (E, h * A), next streams (E, 2), keys used (E, 2))`.
+    """One policy call per row: `(chunks (E, h * A), next streams (E, 2), keys used (E, 2))`; `chunks` is
+    `(chunks, lengths (E,))` for an agent that picks how many actions to execute.
 
     Row `e` computes `next, key = split(streams[e])` and `agent.sample_actions(observations[e], key,
     goals=goals[e])` (`goals` None: no goal), exactly what `evaluation.Policy` does for one observation. The
@@ -207,7 +234,7 @@ class BatchedPolicy:
     def __call__(self, observations: np.ndarray, goals: Optional[np.ndarray], streams: np.ndarray, rows: np.ndarray):
         # The temperature is traced, as in a single jitted call (a constant one could fuse differently).
         out = _policy_rows(self.agent, observations, goals, streams, self.temperature, best_of_n=self.best_of_n)
-        return tuple(np.asarray(x) for x in out)
+        return jax.tree_util.tree_map(np.asarray, out)
 
 
 def raw_key(key) -> np.ndarray:
@@ -265,6 +292,8 @@ class LockstepRunner:
         self.streams = np.zeros((self.num_slots, 2), np.uint32)  # each slot's episode key stream
         self.goals: Optional[np.ndarray] = None  # (E, G) each slot's goal (goal-conditioned)
         self.calls = np.zeros(self.num_slots, int)
+        self.lengths: List[List[int]] = [[] for _ in range(self.num_slots)]  # actions executed of each chunk
+        self.horizon: Optional[int] = None  # actions per chunk
         self.trajs: List[Optional[Dict[str, list]]] = [None] * self.num_slots
         self.next_episode = 0
         self.t = 0
@@ -277,7 +306,7 @@ class LockstepRunner:
             return None
         i = self.next_episode
         self.next_episode += 1
-        self.episode[slot], self.calls[slot] = i, 0
+        self.episode[slot], self.calls[slot], self.lengths[slot] = i, 0, []
         self.streams[slot] = raw_key(episode_key(self.key, i))
         self.trajs[slot] = defaultdict(list)
         return self.reset_seeds[i]
@@ -301,7 +330,8 @@ class LockstepRunner:
         return observations
 
     def run(self, on_episode_end: Callable[[], None]) -> List[tuple]:
-        """All episodes; returns `(traj, final info, policy calls)` per episode in index order."""
+        """All episodes; returns `(traj, final info, policy calls, executed lengths, horizon)` per episode in index
+        order (lengths empty for whole chunks)."""
         num_episodes = len(self.reset_seeds)
         results: List[Optional[tuple]] = [None] * num_episodes
         seeds = [self._assign(slot) for slot in range(self.num_slots)]
@@ -309,7 +339,8 @@ class LockstepRunner:
         horizon, finished, dtype = None, 0, np.float32
         self.t = 0  # lockstep step counter (steps skipped while every running slot waits count too)
         while finished < num_episodes:
-            if horizon is None or self.t % horizon == 0:  # a chunk boundary: waiting episodes start now
+            # A chunk boundary: waiting episodes start now (at every step when the agent picks its chunks' lengths).
+            if horizon is None or self.t % horizon == 0:
                 self.waiting[:] = False
             active = (self.episode >= 0) & ~self.waiting
             if not active.any():  # every running slot waits for the next boundary: nothing to step
@@ -318,11 +349,16 @@ class LockstepRunner:
             need = active & np.array([not q for q in self.queues])
             if need.any():
                 chunks, next_streams, _ = self.policy(observations, self.goals, self.streams, need)
+                chunks, lengths = chunks if isinstance(chunks, tuple) else (chunks, None)
                 for slot in np.flatnonzero(need):
-                    self.queues[slot] = split_chunk(chunks[slot], self.action_dim, self.max_actions)
+                    length = None if lengths is None else int(lengths[slot])
+                    self.queues[slot] = split_chunk(chunks[slot], self.action_dim, self.max_actions, length)
+                    if length is not None:
+                        self.lengths[slot].append(len(self.queues[slot]))
                     self.streams[slot] = next_streams[slot]
                     self.calls[slot] += 1
-                horizon = horizon or len(self.queues[np.flatnonzero(need)[0]])
+                self.horizon = chunks.shape[-1] // self.action_dim
+                horizon = 1 if lengths is not None else horizon or len(self.queues[np.flatnonzero(need)[0]])
                 dtype = np.result_type(chunks.dtype, np.float32)  # the actions' own dtype, as in `evaluate`
             actions = np.full((self.num_slots, self.action_dim), np.nan, dtype)
             for slot in np.flatnonzero(active):
@@ -338,7 +374,8 @@ class LockstepRunner:
                 traj["reward"].append(rewards[slot])
                 traj["done"].append(done)
                 if done:
-                    results[self.episode[slot]] = (dict(traj), slot_info(infos, slot), int(self.calls[slot]))
+                    info, calls = slot_info(infos, slot), int(self.calls[slot])
+                    results[self.episode[slot]] = (dict(traj), info, calls, self.lengths[slot], self.horizon)
                     finished += 1
                     on_episode_end()
                     done_slots.append(slot)
