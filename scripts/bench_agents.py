@@ -8,7 +8,8 @@ Sections (QC-FQL at the paper's size unless said: 4x512 MLPs, batch 256, h = 5, 
 observation 40, action 5):
 
 * `updates`: gradient steps/s of `batch_update` on U stacked batches (`--utd`) and chunk decisions/s
-  (`sample_actions` on one observation) for QC (best-of-N, N = 32) and QC-FQL (`--methods`).
+  (`sample_actions` on one observation) for QC (best-of-N, N = 32) and QC-FQL (`--methods`; also `acsac` and
+  `acsac-fixed`: the Transformer critic, N = 4, at the same 4x512 actor).
 * `seeds`: seeds x gradient steps/s of `--num_seeds=S` (S agents stacked, one jitted update on S fixed
   batches, `--seed_batching` as the driver resolves it: `map` on CPU, `vmap` on an accelerator) for
   each S in `--seeds`. The authors' code runs one seed per process: their figure for
@@ -71,7 +72,14 @@ import bench_reference  # noqa: E402
 from utils.startup import ArgumentParser  # noqa: E402
 
 QCFQL = dict(actor_type="distill-ddpg", alpha=100.0)
-METHODS = {"qc": dict(actor_type="best-of-n", actor_num_samples=32), "qcfql": QCFQL}
+# The updates section's agents: name -> (agent file, config settings). ACSAC's critic is a Transformer over
+# (state, a_1..a_h) in place of QC's MLP over (state, chunk); its actor is QC's flow BC policy.
+METHODS = {
+    "qc": ("acfql", dict(actor_type="best-of-n", actor_num_samples=32)),
+    "qcfql": ("acfql", QCFQL),
+    "acsac": ("acsac", {}),
+    "acsac-fixed": ("acsac", dict(adaptive_length=False)),
+}
 SECTIONS = ("updates", "seeds", "dispatch", "overhead", "eval", "memory", "donation", "generation", "startup")
 OVERHEAD_SIZE = dict(hidden=64, layers=2, batch=64)  # the overhead section's networks: compute is negligible
 ENV_NAME = "cube-double-play-singletask-task2-v0"
@@ -84,7 +92,9 @@ def parse_args(argv=None):
     p.add_argument("--memory_dataset", default=os.path.expanduser("~/.ogbench/data/cube-single-play-v0.npz"),
                    help="memory section: the cube-single dataset (the README's main job generates it)")  # fmt: skip
     p.add_argument("--memory_steps", type=int, default=1000, help="memory section: offline and online steps (1000)")
-    p.add_argument("--methods", default="qc,qcfql", help="updates section: comma-separated subset of qc, qcfql")
+    p.add_argument(
+        "--methods", default="qc,qcfql", help=f"updates section: comma-separated subset of {', '.join(METHODS)}"
+    )
     p.add_argument("--utd", default="1,10", help="updates section: numbers of stacked batches per call")
     p.add_argument("--decisions", type=int, default=100, help="updates section: timed sample_actions calls")
     p.add_argument("--reference_dir", default=None, help="root of the authors' repository (optional)")
@@ -365,14 +375,18 @@ def section_updates(args, rows):
     import jax
     import numpy as np
 
-    from agents.acfql import ACFQLAgent, get_config
+    import agents
 
     for method in args.methods.split(","):
-        config = get_config()
-        config.update(METHODS[method])
+        agent_name, settings = METHODS[method]
+        spec = agents.get(agent_name)
+        config = spec.get_config()
+        config.update(settings)
         config["horizon_length"] = 5
-        config["actor_hidden_dims"] = config["value_hidden_dims"] = (args.hidden,) * args.layers
-        agent = ACFQLAgent.create(0, np.zeros(40, np.float32), np.zeros(5, np.float32), config)
+        for key in ("actor_hidden_dims", "value_hidden_dims"):  # ACSAC's critic has no MLP widths
+            if key in config:
+                config[key] = (args.hidden,) * args.layers
+        agent = spec.agent_class.create(0, np.zeros(40, np.float32), np.zeros(5, np.float32), config)
         rng = np.random.default_rng(0)
         for utd in _ints(args.utd):
             batches = jax.device_put(_stacked_random_batches(rng, utd, args.batch))

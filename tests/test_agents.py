@@ -88,12 +88,13 @@ def test_chunk_length_is_what_sample_actions_returns(agent_name, overrides):
     spec = agents.get(agent_name)
     config = spec.get_config().to_dict()
     config.update({"horizon_length": 3} if "horizon_length" in config else {}, **overrides)
-    config.update(actor_hidden_dims=(8,), value_hidden_dims=(8,))
+    config.update({k: (8,) for k in ("actor_hidden_dims", "value_hidden_dims") if k in config})
     obs, action_dim = np.zeros(4, np.float32), 2
     goals = {"ex_goals": obs} if spec.goal_conditioned else {}
     agent = spec.agent_class.create(0, obs, np.zeros(action_dim, np.float32), config, **goals)
     kwargs = {"goals": obs} if spec.goal_conditioned else {}
-    chunk = np.asarray(agent.sample_actions(obs, jax.random.PRNGKey(0), **kwargs))
+    out = agent.sample_actions(obs, jax.random.PRNGKey(0), **kwargs)
+    chunk = np.asarray(out[0] if isinstance(out, tuple) else out)  # (chunk, length): an agent that picks h
     assert chunk.shape == (spec.chunk_length(agent.config) * action_dim,)
 
 
@@ -108,7 +109,7 @@ def test_agent_initializer_is_create_value_for_value(agent_name):
     spec = agents.get(agent_name)
     config = spec.get_config().to_dict()
     config.update({"horizon_length": 3} if "horizon_length" in config else {})
-    config.update(actor_hidden_dims=(8, 8), value_hidden_dims=(8, 8))
+    config.update({k: (8, 8) for k in ("actor_hidden_dims", "value_hidden_dims") if k in config})
     obs = np.linspace(-1, 1, 4, dtype=np.float32)[None]
     example = {"observations": obs, "actions": np.zeros((1, 2), np.float32), "oracle_reps": obs}
     goals = {"ex_goals": obs} if spec.goal_conditioned else {}

@@ -66,7 +66,7 @@ CASES = [(m, d) for m, d in itertools.product(MAIN + ONLINE, PAPER)]
 
 def test_method_names():
     dqc = ["dqc", "dqc-h25-ha1", "dqc-h5-ha1", "qc-h25", "qc-h5", "qc-ns", "ns-n25", "ns-n5", "os"]
-    main = list(MAIN) + dqc + ["ifql", "ifql-n", "qc-ifql", "iql", "rebrac"]  # the registry's (file) order
+    main = list(MAIN) + ["acsac", "acsac-fixed"] + dqc + ["ifql", "ifql-n", "qc-ifql", "iql", "rebrac"]  # file order
     assert methods.method_names("main") == main and methods.method_names("main_online") == list(ONLINE)
 
 

@@ -1,0 +1,200 @@
+"""The ACSAC-style agent (agents/acsac.py) at tiny sizes: a causal critic to the bit, per-length TD targets
+computed by hand on a window that crosses an episode end, the chosen chunk and length, the fixed-length
+control, the update, and its methods.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import agents
+from agents import common
+from agents.acsac import ACSACAgent, check_config, choose, get_config, prefix_targets
+from runner import methods
+from utils.datasets import Dataset
+
+H, A, D = 3, 2, 4
+
+
+def tiny_agent(seed=0, **changes):
+    config = get_config()
+    settings = dict(horizon_length=H, actor_hidden_dims=(16, 16), num_layers=2, num_heads=2, head_dim=4,
+                    batch_size=4, actor_num_samples=3, flow_steps=2)  # fmt: skip
+    config.update({**settings, **changes})
+    return ACSACAgent.create(seed, np.zeros(D, np.float32), np.zeros(A, np.float32), config)
+
+
+def critic_values(agent, observations, chunks, name="critic"):
+    return np.asarray(agent.network.select(name)(observations, chunks))  # (K, *B, H)
+
+
+def test_critic_is_causal_to_the_bit():
+    agent = tiny_agent()
+    rng = np.random.default_rng(0)
+    observations = rng.normal(size=(5, D)).astype(np.float32)
+    chunks = rng.uniform(-1, 1, (5, H * A)).astype(np.float32)
+    base = critic_values(agent, observations, chunks)
+    assert base.shape == (2, 5, H)
+    for h in range(1, H + 1):  # change a_{h+1..H}: Q of the prefixes up to h stay bitwise the same
+        changed = chunks.copy()
+        changed[:, h * A :] = rng.uniform(-1, 1, changed[:, h * A :].shape)
+        np.testing.assert_array_equal(critic_values(agent, observations, changed)[..., :h], base[..., :h])
+        if h < H:
+            assert np.all(critic_values(agent, observations, changed)[..., h:] != base[..., h:])
+        moved = chunks.copy()  # change a_h itself: Q at h and after move
+        moved[:, (h - 1) * A : h * A] += 0.5
+        assert np.all(critic_values(agent, observations, moved)[..., h - 1] != base[..., h - 1])
+
+
+def window_across_an_episode_end(discount):
+    """Two trajectories of 3 rows; the window starts at row 1, so its last step is the next trajectory's."""
+    rewards = np.array([0.5, 1.0, 2.0, 4.0, 8.0, 16.0], np.float32)
+    dataset = Dataset.create(
+        observations=np.arange(6 * D, dtype=np.float32).reshape(6, D) / 10,
+        next_observations=np.arange(1, 6 * D + 1, dtype=np.float32).reshape(6, D) / 10,
+        actions=np.linspace(-1, 1, 6 * A, dtype=np.float32).reshape(6, A),
+        rewards=rewards,
+        terminals=np.array([0, 0, 1, 0, 0, 1], np.float32),
+        masks=np.array([1, 0, 1, 1, 1, 1], np.float32),  # row 1 solves the task: mask 0 from there
+    )
+    batch = dataset.sample_sequence(1, H, discount, idxs=np.array([1]))
+    # By hand (docs/batch_contract.md): partial sums, running masks, valid up to the end of the trajectory.
+    np.testing.assert_allclose(
+        batch["rewards"][0], [1.0, 1.0 + discount * 2.0, 1.0 + discount * 2.0 + discount**2 * 4.0]
+    )
+    np.testing.assert_array_equal(batch["masks"][0], [0, 0, 0])
+    np.testing.assert_array_equal(batch["valid"][0], [1, 1, 0])
+    return batch
+
+
+def test_per_length_targets_by_hand_across_an_episode_end():
+    discount = 0.9
+    agent = tiny_agent(discount=discount, batch_size=1)
+    batch = window_across_an_episode_end(discount)
+    batch = {k: jnp.asarray(v) for k, v in batch.items()}
+    rng = jax.random.PRNGKey(7)
+    loss, info = agent.critic_loss(batch, agent.network.params, rng)
+
+    # V(s_{t+h}) at each intermediate next state, from the same draws: N flow samples, min over critics, max over
+    # candidates and prefixes.
+    n, cfg = agent.config["actor_num_samples"], agent.config
+    next_obs = np.asarray(batch["next_observations"])  # (1, H, D)
+    noises = jax.random.normal(rng, (1, H, n, H * A))
+    repeated = np.repeat(next_obs[:, :, None], n, axis=2)
+    velocity = lambda x, t: agent.network.select("actor_bc_flow")(repeated, x, t)  # noqa: E731
+    candidates = jnp.clip(common.euler_flow(velocity, noises, cfg["flow_steps"]), -1, 1)
+    v = critic_values(agent, repeated, candidates).min(axis=0).max(axis=(-2, -1))  # (1, H)
+    r, m = np.asarray(batch["rewards"]), np.asarray(batch["masks"])
+    y = np.array([[r[0, h - 1] + discount**h * m[0, h - 1] * v[0, h - 1] for h in (1, 2, 3)]])
+    np.testing.assert_allclose(
+        y, np.asarray(prefix_targets(batch["rewards"], batch["masks"], jnp.asarray(v), discount)), rtol=1e-6
+    )
+    # Masks are 0 here (the task was solved at the first step): every target is the reward sum alone.
+    np.testing.assert_allclose(y, r, rtol=1e-6)
+    assert float(info["critic/target_q_mean"]) == pytest.approx(y.mean(), rel=1e-5)
+    q = critic_values(agent, np.asarray(batch["observations"]), np.asarray(batch["actions"]).reshape(1, -1))
+    valid = np.asarray(batch["valid"])
+    assert float(loss) == pytest.approx(np.mean(valid * (q - y) ** 2), rel=1e-5)
+
+    # With masks 1 the bootstrap enters with gamma^h at every length.
+    ones = dict(batch, masks=jnp.ones_like(batch["masks"]))
+    _, info = agent.critic_loss(ones, agent.network.params, rng)
+    y1 = r + discount ** np.arange(1, H + 1) * v
+    assert float(info["critic/target_q_mean"]) == pytest.approx(y1.mean(), rel=1e-5)
+
+
+def test_choose_takes_the_joint_argmax():
+    candidates = jnp.arange(3 * H * A, dtype=jnp.float32).reshape(3, H * A)  # (N, H * A)
+    values = jnp.array([[0.0, 1.0, 0.5], [0.2, 3.0, 2.9], [2.0, 0.0, 0.0]])  # (N, H)
+    chunk, length = choose(values, candidates)
+    np.testing.assert_array_equal(chunk, candidates[1])
+    assert int(length) == 2
+    chunk, length = choose(values, candidates, adaptive=False)  # the best whole chunk: candidate 1 (2.9)
+    np.testing.assert_array_equal(chunk, candidates[1])
+    assert int(length) == H
+    ties = jnp.array([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0]])  # ties: lower candidate, then shorter
+    chunk, length = choose(ties, candidates)
+    np.testing.assert_array_equal(chunk, candidates[0])
+    assert int(length) == 1
+    batched, lengths = choose(jnp.stack([values, ties]), jnp.stack([candidates, candidates]))  # (*B, N, H)
+    np.testing.assert_array_equal(batched, np.stack([candidates[1], candidates[0]]))
+    np.testing.assert_array_equal(lengths, [2, 1])
+
+
+def test_acting_picks_among_the_candidates_and_the_fixed_control_executes_whole_chunks():
+    agent = tiny_agent()
+    fixed = agent.replace(config=agent.config.copy({"adaptive_length": False}))
+    observations = jnp.asarray(np.random.default_rng(1).normal(size=(6, D)), jnp.float32)
+    key = jax.random.PRNGKey(3)
+    chunk, length = agent.sample_actions(observations, key)
+    whole = fixed.sample_actions(observations, key)
+    assert chunk.shape == whole.shape == (6, H * A) and length.shape == (6,) and length.dtype == jnp.int32
+    assert np.all((1 <= np.asarray(length)) & (np.asarray(length) <= H))
+    # Both choose among the same draws, by the prefix values of the critic.
+    n = agent.config["actor_num_samples"]
+    noises = jax.random.normal(key, (6, n, H * A))
+    repeated = jnp.repeat(observations[:, None], n, axis=1)
+    velocity = lambda x, t: agent.network.select("actor_bc_flow")(repeated, x, t)  # noqa: E731
+    candidates = np.asarray(jnp.clip(common.euler_flow(velocity, noises, agent.config["flow_steps"]), -1, 1))
+    values = critic_values(agent, repeated, candidates).min(axis=0)  # (6, N, H)
+    for b in range(6):
+        best, h = np.unravel_index(np.argmax(values[b]), values[b].shape)
+        np.testing.assert_array_equal(np.asarray(chunk[b]), candidates[b, best])
+        assert int(length[b]) == h + 1
+        np.testing.assert_array_equal(np.asarray(whole[b]), candidates[b, np.argmax(values[b, :, -1])])
+    single = agent.sample_actions(observations[0], key)  # one observation: (H * A,) and ()
+    assert single[0].shape == (H * A,) and single[1].shape == ()
+    assert agent.sample_actions(observations, key, best_of_n=1)[0].shape == (6, H * A)
+
+
+def random_batch(seed, batch_size=4):
+    rng = np.random.default_rng(seed)
+    return dict(
+        observations=rng.normal(size=(batch_size, D)).astype(np.float32),
+        actions=rng.uniform(-1, 1, (batch_size, H, A)).astype(np.float32),
+        next_observations=rng.normal(size=(batch_size, H, D)).astype(np.float32),
+        rewards=rng.normal(size=(batch_size, H)).astype(np.float32),
+        masks=np.ones((batch_size, H), np.float32),
+        valid=np.ones((batch_size, H), np.float32),
+    )
+
+
+@pytest.mark.parametrize("target_critic", [False, True])
+def test_update_and_batch_update(target_critic):
+    agent = tiny_agent(target_critic=target_critic)
+    batches = [random_batch(1), random_batch(2)]
+    one, info = agent.update(batches[0])
+    two, _ = one.update(batches[1])
+    assert all(np.isfinite(float(v)) for v in info.values())
+    assert {"critic/prefix_spread", "critic/next_length_mean", "actor/bc_flow_loss"} <= set(info)
+    stacked = {k: np.stack([b[k] for b in batches]) for k in batches[0]}
+    scanned, _ = agent.batch_update(stacked)
+    for a, b in zip(
+        jax.tree_util.tree_leaves(two.network.params), jax.tree_util.tree_leaves(scanned.network.params), strict=True
+    ):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    # The target critic moves by tau toward the critic either way; only the bootstrap's source differs.
+    before, after = agent.network.params, one.network.params
+    moved = jax.tree_util.tree_map(
+        lambda t, c: t + 0.005 * (c - t), before["modules_target_critic"], before["modules_critic"]
+    )
+    for a, b in zip(
+        jax.tree_util.tree_leaves(moved), jax.tree_util.tree_leaves(after["modules_target_critic"]), strict=True
+    ):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+
+
+def test_config_checks_and_methods():
+    with pytest.raises(ValueError, match="--agent.num_heads must be an int >= 1"):
+        tiny_agent(num_heads=0)
+    with pytest.raises(ValueError, match="--agent.adaptive_length must be True or False"):
+        check_config({**get_config().to_dict(), "horizon_length": H, "adaptive_length": 1})
+    spec = agents.get("acsac")
+    assert spec.agent_class is ACSACAgent and set(spec.methods) == {"acsac", "acsac-fixed"}
+    scene = methods.preset("main", "acsac", "scene-play-singletask-task2-v0")
+    assert scene == {"horizon_length": 5, "agent.adaptive_length": True, "sparse": True, "agent.actor_num_samples": 4}
+    quad = methods.preset("main", "acsac-fixed", "cube-quadruple-play-singletask-task2-v0")
+    assert quad["agent.adaptive_length"] is False and quad["agent.actor_num_samples"] == 8 and not quad["sparse"]
+    assert spec.method_of(get_config()) == "acsac"
+    assert spec.method_of({**get_config(), "adaptive_length": False}) == "acsac-fixed"
