@@ -1,0 +1,94 @@
+"""`--method=acsac` through the whole workflow: a run that logs the executed lengths, several seeds in one
+process, a kill and `--resume` equal to the uninterrupted run, a sweep over the two methods and the plots.
+
+The agent's own tests (causality, targets, the choice) are tests/test_acsac.py; the loop's (the action
+queue executing exactly the chosen prefix) tests/test_chunk_length.py.
+"""
+
+import csv
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.driver_runs import ROOT, assert_same_run, csv_rows, run_driver, tiny_dataset
+
+pytestmark = pytest.mark.slow
+
+TINY = [
+    "--agent.actor_hidden_dims=(16,16)",
+    "--agent.num_layers=1",
+    "--agent.num_heads=2",
+    "--agent.head_dim=4",
+    "--agent.batch_size=8",
+    "--agent.actor_num_samples=2",
+    "--agent.flow_steps=2",
+    "--env_name=cube-single-play-singletask-task1-v0",
+    "--horizon_length=3",
+    "--offline_steps=20",
+    "--online_steps=205",  # one training episode of cube-single (200 steps) ends
+    "--start_training=2",
+    "--log_interval=5",
+    "--eval_interval=100",
+    "--eval_episodes=1",
+    "--buffer_size=2000",
+    "--state_interval=5",
+    "--progress=False",
+]
+LENGTH_COLUMNS = ["executed_length.mean", *(f"executed_length.share_{k}" for k in (1, 2, 3))]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    return tiny_dataset(tmp_path_factory.mktemp("acsac"))
+
+
+def _run(save, name, dataset, *extra, method="acsac", fault=None, expect=0):
+    return run_driver(
+        "main.py", save, name, dataset, [f"--method={method}", *TINY, *extra], fault=fault, expect=expect, timeout=600
+    )
+
+
+def test_acsac_runs_resumes_sweeps_and_plots(tmp_path, dataset):
+    save = str(tmp_path)
+    run_dir, _ = _run(save, "a", dataset)
+    evals = csv_rows(os.path.join(run_dir, "eval.csv"))
+    assert evals and evals[-1]["step"] == "225"
+    for row in evals:  # every evaluation logs how much of each chunk ran
+        shares = [float(row[k]) for k in LENGTH_COLUMNS[1:]]
+        assert sum(shares) == pytest.approx(1) and 1 <= float(row["executed_length.mean"]) <= 3
+    episodes = csv_rows(os.path.join(run_dir, "env.csv"))
+    assert episodes and all(set(LENGTH_COLUMNS) <= set(r) for r in episodes)
+
+    # The fixed-length control executes whole chunks: no length columns, policy called every h steps.
+    fixed, _ = _run(save, "f", dataset, method="acsac-fixed")
+    for row in csv_rows(os.path.join(fixed, "eval.csv")):
+        assert not [k for k in row if k.startswith("executed_length")]
+        assert float(row["policy_calls_per_episode"]) == pytest.approx(-(-float(row["episode.length"]) // 3))
+
+    # Two seeds in one process, and a run killed in the online phase (inside a chunk), resumed: the same run.
+    _run(save, "group", dataset, "--num_seeds=2")
+    for seed in (0, 1):
+        assert os.path.isfile(os.path.join(save, "g", f"group_sd{seed}", "DONE.json"))
+    cut, _ = _run(save, "cut", dataset, fault="kill@online:12", expect=-9)
+    _run(save, "cut", dataset, "--resume")
+    assert_same_run(run_dir, cut, 225)
+
+    # A sweep over both methods (dry run), and the plot with one label each.
+    sweep = subprocess.run(
+        [sys.executable, "scripts/sweep.py", "--driver=main.py", "--grid=method=acsac,acsac-fixed", "--seeds=0",
+         "--dry_run", f"--save_dir={save}", "--", "--env_name=cube-single-play-singletask-task1-v0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert sweep.returncode == 0, sweep.stderr
+    assert sweep.stdout.count("--method=acsac") == 2
+    out = os.path.join(save, "plots")
+    plot = subprocess.run(
+        [sys.executable, "scripts/plot_curves.py", run_dir, fixed, f"--out_dir={out}", "--reps=50", "--no_paper"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert plot.returncode == 0, plot.stderr
+    with open(os.path.join(out, "curves.csv")) as f:
+        labels = {row["label"] for row in csv.DictReader(f)}
+    assert len(labels) == 2, labels
