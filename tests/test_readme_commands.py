@@ -160,7 +160,7 @@ def test_command_parses(path, kind, argv, plugin_file, absl_results, tmp_path, c
     argv = _with_plugin(list(argv), plugin_file)
     if kind in ("main", "main_online"):
         cfg = config_from_argv(kind, argv)
-        assert cfg.agent["agent_name"] in ("acfql", "acrlpd", "dqc", "iql", "rebrac", "ifql", "pessimistic")
+        assert cfg.agent["agent_name"] in ("acfql", "acrlpd", "dqc", "iql", "rebrac", "ifql", "acsac", "pessimistic")
     elif kind == "sweep":
         check_sweep(argv, tmp_path, capsys, monkeypatch)
     elif kind == "reproduce":
