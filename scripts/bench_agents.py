@@ -9,7 +9,8 @@ observation 40, action 5):
 
 * `updates`: gradient steps/s of `batch_update` on U stacked batches (`--utd`) and chunk decisions/s
   (`sample_actions` on one observation) for QC (best-of-N, N = 32) and QC-FQL (`--methods`; also `acsac` and
-  `acsac-fixed`: the Transformer critic, N = 4, at the same 4x512 actor).
+  `acsac-fixed`: the Transformer critic, N = 4, at the same 4x512 actor), and the critic alone (its value and
+  gradient on one batch).
 * `seeds`: seeds x gradient steps/s of `--num_seeds=S` (S agents stacked, one jitted update on S fixed
   batches, `--seed_batching` as the driver resolves it: `map` on CPU, `vmap` on an accelerator) for
   each S in `--seeds`. The authors' code runs one seed per process: their figure for
@@ -406,6 +407,15 @@ def section_updates(args, rows):
             functools.partial(lambda a, o, k: a.sample_actions(o, next(k)), agent, obs, keys), args.decisions
         )
         rows.append(dict(section="updates", setting=f"{method} decisions", unit="chunk decisions/s", ours=rate))
+        _print(rows[-1])
+        # The critic alone: its value and gradient on one batch of (s, chunk), the part of the update that
+        # scales with how many (state, chunk) pairs the loss evaluates.
+        critic_obs = jax.device_put(rng.normal(size=(args.batch, 40)).astype(np.float32))
+        chunks = jax.device_put(rng.uniform(-1, 1, (args.batch, 25)).astype(np.float32))
+        critic_grad = jax.jit(jax.grad(lambda p, a, o, c: a.network.select("critic")(o, c, params=p).sum()))
+        critic_step = functools.partial(critic_grad, agent.network.params, agent, critic_obs, chunks)
+        rate = args.steps / _timed(critic_step, args.steps)
+        rows.append(dict(section="updates", setting=f"{method} critic", unit="critic value+grad/s", ours=rate))
         _print(rows[-1])
 
 
