@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import cloudpickle
@@ -435,6 +436,11 @@ FAKE_DRIVER = textwrap.dedent(
         sys.exit(7)
     if mode == "ok":
         sys.exit(0)
+    if mode == "starting":  # still importing: SIGTERM's default action (killed, status -15) until "running"
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        open(os.path.join(out, "running"), "w").close()
+        time.sleep(60)
+        sys.exit(4)
     if mode == "wait_for_signal":  # first launch: run until signalled; later launches finish at once
         if launches > 1:
             sys.exit(0 if os.path.exists(os.path.join(out, "state")) else 5)
@@ -465,6 +471,13 @@ def _fake_run(tmp_path, mode, name="r", max_requeues=3):
         max_requeues=max_requeues,
         signal_grace_s=20,
     )
+
+
+def _wait_for(path, timeout_s=120):
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear within {timeout_s} s"
+        time.sleep(0.05)
 
 
 def _launches(tmp_path, name="r"):
@@ -558,9 +571,13 @@ def _start_slurm_job(tmp_path, run):
     proc = subprocess.Popen(
         job, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
-    for _ in range(300):
-        if (tmp_path / run.name / "running").exists():
-            break
+    # Signal only once the driver is running with its handlers: under a loaded CI machine the job's start-up
+    # (submitit, unpickling, the driver's own start) takes seconds, and a signal before then tests something else.
+    deadline = time.monotonic() + 120
+    while not (tmp_path / run.name / "running").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, (
+            proc.communicate(timeout=60)[0] if proc.poll() is not None else "no driver after 120 s"
+        )
         time.sleep(0.05)
     return proc, job, env, folder
 
@@ -596,6 +613,27 @@ def test_sigterm_to_the_job_stops_without_relaunch(tmp_path):
     assert status == "success" and result["status"] == "stopped" and result["returncode"] == 3
     assert len(_launches(tmp_path)) == 1 and not (tmp_path / "scontrol.txt").exists()
     assert "not relaunched here" in open(run.log_path).read()
+
+
+def test_sigterm_to_the_job_while_the_driver_starts_is_a_stop_not_a_failure(tmp_path):
+    """Preempted before the driver installed its handlers: it dies of the signal (-15), the run is stopped."""
+    run = _fake_run(tmp_path, "starting")
+    proc, _, _, folder = _start_slurm_job(tmp_path, run)
+    os.killpg(proc.pid, signal.SIGTERM)
+    output = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0, output
+    status, result = submitit_utils.pickle_load(folder / "77_0_result.pkl")
+    assert status == "success" and result == {"name": "r", "status": "stopped", "returncode": -15, "requeues": 0}
+    assert len(_launches(tmp_path)) == 1 and not (tmp_path / "scontrol.txt").exists()
+    assert "while the driver was starting (no state written): not relaunched here" in open(run.log_path).read()
+
+
+def test_a_driver_killed_by_sigterm_from_elsewhere_is_a_failure(tmp_path):
+    """No SIGTERM to the job itself: a driver that died of a signal failed (nothing says it was a preemption)."""
+    run = _fake_run(tmp_path, "starting")
+    threading.Thread(target=lambda: (_wait_for(tmp_path / "r" / "running"), run.signal_driver(signal.SIGTERM))).start()
+    with pytest.raises(sweep.RunFailed, match="status -15"):
+        run()
 
 
 # ------------------------------------------------------------------------------------------------ executors
@@ -766,10 +804,7 @@ def test_stopping_a_local_sweep_stops_its_drivers_with_sigterm(tmp_path, signum)
     proc = subprocess.Popen(
         [sys.executable, "-c", program], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT
     )
-    for _ in range(300):
-        if (tmp_path / "w" / "running").exists():
-            break
-        time.sleep(0.05)
+    _wait_for(tmp_path / "w" / "running")  # the sweep's handlers are in place once its driver runs
     proc.send_signal(signum)
     output = proc.communicate(timeout=60)[0]
     assert proc.returncode == 128 + int(signum), output

@@ -145,9 +145,9 @@ def test_batch_shell_passes_usr1_on_to_the_job_step(tmp_path):
     shell = subprocess.Popen(
         ["bash", "-c", _job_script(tmp_path, _args())], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
-    for _ in range(200):
-        if (tmp_path / "srun.txt").exists():
-            break
+    deadline = time.monotonic() + 120  # a loaded machine may take seconds to start the job's shell and srun
+    while not (tmp_path / "srun.txt").exists():
+        assert shell.poll() is None and time.monotonic() < deadline, "the job's srun did not start"
         time.sleep(0.05)
     shell.send_signal(signal.SIGUSR1)  # to the shell only, as scancel --batch does
     output = shell.communicate(timeout=30)[0].decode()

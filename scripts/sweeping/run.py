@@ -107,7 +107,8 @@ class SweepRun(submitit.helpers.Checkpointable):
     * It exits 3 (its state is written) while no preemption was signalled to this wrapper: it is relaunched
       in place with `--resume` (a requeue within the same job), at most `max_requeues` times in all (then
       `RunFailed`). When this process got SIGTERM too (a SLURM job being preempted, cancelled or at its time
-      limit), it is not relaunched: `status: stopped` (SLURM requeues a preempted job itself).
+      limit), it is not relaunched: `status: stopped` (SLURM requeues a preempted job itself). So too when that
+      SIGTERM killed the driver before it had installed its handlers (status -15, nothing written).
     * Any other status: `RunFailed` (a failed submitit job; the local summary lists it).
     * `checkpoint()` (submitit calls it on SIGUSR1, SLURM's warning before the time limit or a preemption):
       forwards SIGUSR1 to the driver, waits up to `signal_grace_s` for it to write its state and exit, and returns
@@ -394,9 +395,13 @@ class SweepRun(submitit.helpers.Checkpointable):
                 return {"name": self.name, "status": "finished", "returncode": 0, "requeues": self.requeues}
             if self._signalled or self._stopping:  # stopped from outside: its state is written (exit 3) or not
                 return {"name": self.name, "status": "stopped", "returncode": rc, "requeues": self.requeues}
-            if rc == EXIT_STATE_SAVED and self._terminated:
+            if rc in (EXIT_STATE_SAVED, -signal.SIGTERM) and self._terminated:
+                # -SIGTERM: the signal reached the driver before its handlers did (it was still starting), so it
+                # wrote nothing new; --resume goes on from its last saved state, or starts afresh.
                 self.note(
-                    "stopped by SIGTERM to the job: not relaunched here; SLURM requeues a preempted or requeued job "
+                    "stopped by SIGTERM to the job"
+                    + (" while the driver was starting (no state written)" if rc != EXIT_STATE_SAVED else "")
+                    + ": not relaunched here; SLURM requeues a preempted or requeued job "
                     "itself, else run the sweep command again to resume"
                 )
                 return {"name": self.name, "status": "stopped", "returncode": rc, "requeues": self.requeues}
