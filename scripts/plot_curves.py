@@ -47,7 +47,9 @@ Outputs in `--out_dir`: `curves.png` and `curves.pdf` (one panel per domain, or 
 them out), `table.md` (success at the end of the offline phase and at the end of training, per label
 and domain and per label and task, beside the paper's numbers; `(k of n runs)` where a value comes
 from fewer runs than the group has) and `curves.csv` (every plotted point, with `runs`, the runs
-behind the value, and `runs_in_group`).
+behind the value, and `runs_in_group`). Where runs logged how much of each chunk they executed (an agent that picks
+its prefix, `--method=acsac`), `executed_lengths.png` and `.csv` show the share of each length against steps
+(`plotting/lengths.py`).
 
 Bad inputs. A file the plot cannot use (a `flags.json` that lacks what the label needs, an `eval.csv`
 with an unreadable cell, a success outside [0, 1], or steps that repeat or go backwards) is refused
@@ -66,6 +68,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # the repository's packages; scripts/ (the parts' packages) is sys.path[0] already
 
 import plotting.compare  # noqa: E402
+import plotting.lengths  # noqa: E402
 from plotting.figure import DPI, METHOD_STYLES, draw_figure, figure_size  # noqa: E402,F401 - this module's interface
 from plotting.paper import PAPER_OFFLINE_STEPS, load_paper  # noqa: E402
 from plotting.runs import (  # noqa: E402,F401
@@ -230,6 +233,7 @@ def run(args, wandb_api=None) -> int:
         raise InputError("none of the runs found has an evaluation yet (eval.csv rows)")
     # Every arm of a sweep names the keys its runs vary in; then the partial-chunk evaluations (ac<n>/ columns).
     runs = show_varying_keys(runs)
+    whole_runs = list(runs)  # before the partial-chunk evaluations: what the executed-length figure reads
     runs += [cut for run, path in zip(runs, sources, strict=True) if path for cut in cut_runs(run, path)]
     warn_about_labels(runs)
     paper = {} if args.no_paper else load_paper(args.paper_dir)
@@ -250,6 +254,7 @@ def run(args, wandb_api=None) -> int:
         f.write(build_table(runs, paper, args.aggregate, args.reps, args.seed, offset, inputs.strip()))
     csv_path = os.path.join(args.out_dir, "curves.csv")
     write_curves_csv(csv_path, curves)
+    lengths = plotting.lengths.write_lengths(whole_runs, sources, args.out_dir)
     if args.compare:
         if not paper:
             raise InputError("--compare needs the paper's curves: drop --no_paper")
@@ -265,7 +270,7 @@ def run(args, wandb_api=None) -> int:
     longest = max(int(r.x(offset).max()) for r in runs)
     if paper and longest < 0.2 * 2 * PAPER_OFFLINE_STEPS:
         print(f"note: the runs reach step {longest:,}; the paper's curves span 2M steps (--no_paper to zoom in)")
-    print(f"wrote {paths[0]} ({width}x{height} px), {paths[1]}, {table_path}, {csv_path}")
+    print(f"wrote {paths[0]} ({width}x{height} px), {paths[1]}, {table_path}, {', '.join([csv_path] + lengths)}")
     return 0
 
 

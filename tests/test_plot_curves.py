@@ -946,3 +946,53 @@ def test_each_baseline_is_labelled_by_its_paper_name_beside_its_released_curve(t
         for x in (1, 2):  # the released curve of the same name, at the end of the paper's offline and online phases
             paper = _paper_value("cube-double-play-task2", label, float(x))
             assert f"| {paper:.3f} [" in rows[label] and f"@{x}M ({label}, task 2 only)" in rows[label], rows[label]
+
+
+# ------------------------------------------------------------------------------------------------ executed lengths
+
+
+def _write_lengths(run_dir, rows):
+    """Rewrite `eval.csv` with executed-length columns (h = 3): rows of (step, success, share_1, share_2, share_3)."""
+    with open(os.path.join(run_dir, "eval.csv"), "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["step", "success", "executed_length.mean"] + [f"executed_length.share_{k}" for k in (1, 2, 3)])
+        for step, success, *shares in rows:
+            mean = sum(k * s for k, s in zip((1, 2, 3), shares, strict=True)) if all(s != "" for s in shares) else ""
+            writer.writerow([step, success, mean, *shares])
+
+
+def test_executed_lengths_are_averaged_over_a_labels_runs_and_drawn(sweep, tmp_path, capsys):
+    """Per label, each length's share averaged over the runs with a value at that step; whole-chunk runs none."""
+    for seed, rows in enumerate(
+        [
+            [(4000, 0.1, 0.5, 0.25, 0.25), (8000, 0.2, 0.0, 0.0, 1.0)],
+            [(4000, 0.3, 0.1, 0.3, 0.6), (8000, 0.4, "", "", ""), (10000, 0.5, 0.2, 0.2, 0.6)],
+        ]
+    ):
+        write_run(sweep / f"toy_t1_sd{seed}", _toy_record(1, seed), [(s, v) for s, v, *_ in rows])
+        _write_lengths(sweep / f"toy_t1_sd{seed}", rows)
+    out = tmp_path / "plots"
+    assert pc.main([str(sweep), f"--out_dir={out}", "--reps=20", "--no_paper"]) == 0
+    assert "executed_lengths.png" in capsys.readouterr().out
+    with open(out / "executed_lengths.csv") as f:
+        rows = [
+            (r["label"], r["step"], r["runs"], r["mean"], r["share_1"], r["share_2"], r["share_3"])
+            for r in csv.DictReader(f)
+        ]
+    assert rows == [  # QC and QC-FQL executed whole chunks: no rows; step 8000 has one run with a value
+        ("toy toy_weight=0.5", "4000", "2", "2.125", "0.3", "0.275", "0.425"),
+        ("toy toy_weight=0.5", "8000", "1", "3", "0", "0", "1"),
+        ("toy toy_weight=0.5", "10000", "1", "2.4", "0.2", "0.2", "0.6"),
+    ]
+    assert Image.open(out / "executed_lengths.png").size[0] > 300
+
+
+def test_without_executed_lengths_there_is_no_lengths_figure_and_a_bad_share_is_refused(sweep, tmp_path, capsys):
+    out = tmp_path / "plots"
+    assert pc.main([str(sweep), f"--out_dir={out}", "--reps=20", "--no_paper"]) == 0
+    assert not (out / "executed_lengths.csv").exists() and not (out / "executed_lengths.png").exists()
+    write_run(sweep / "toy_t1_sd0", _toy_record(1, 0), [(4000, 0.1)])
+    _write_lengths(sweep / "toy_t1_sd0", [(4000, 0.1, 0.5, 1.5, 0.0)])
+    capsys.readouterr()
+    assert pc.main([str(sweep), f"--out_dir={out}", "--reps=20", "--no_paper"]) == 2
+    assert "toy_t1_sd0/eval.csv:2: executed_length.share_2 '1.5' is not a share in [0, 1]" in capsys.readouterr().err
