@@ -48,70 +48,79 @@ def test_critic_is_causal_to_the_bit():
 
 
 def window_across_an_episode_end(discount):
-    """Two trajectories of 3 rows; the window starts at row 1, so its last step is the next trajectory's."""
-    rewards = np.array([0.5, 1.0, 2.0, 4.0, 8.0, 16.0], np.float32)
+    """Two trajectories: rows 0-1 (row 1 ends it and solves the task: mask 0, terminal 1) and rows 2-5; the window
+    starts at row 0, so its bootstrap mask drops to 0 after step 0 and its last step is the next trajectory's."""
     dataset = Dataset.create(
         observations=np.arange(6 * D, dtype=np.float32).reshape(6, D) / 10,
         next_observations=np.arange(1, 6 * D + 1, dtype=np.float32).reshape(6, D) / 10,
         actions=np.linspace(-1, 1, 6 * A, dtype=np.float32).reshape(6, A),
-        rewards=rewards,
-        terminals=np.array([0, 0, 1, 0, 0, 1], np.float32),
-        masks=np.array([1, 0, 1, 1, 1, 1], np.float32),  # row 1 solves the task: mask 0 from there
+        rewards=np.array([0.5, 1.0, 2.0, 4.0, 8.0, 16.0], np.float32),
+        terminals=np.array([0, 1, 0, 0, 0, 1], np.float32),
+        masks=np.array([1, 0, 1, 1, 1, 1], np.float32),
     )
-    batch = dataset.sample_sequence(1, H, discount, idxs=np.array([1]))
+    batch = dataset.sample_sequence(1, H, discount, idxs=np.array([0]))
     # By hand (docs/batch_contract.md): partial sums, running masks, valid up to the end of the trajectory.
-    np.testing.assert_allclose(
-        batch["rewards"][0], [1.0, 1.0 + discount * 2.0, 1.0 + discount * 2.0 + discount**2 * 4.0]
-    )
-    np.testing.assert_array_equal(batch["masks"][0], [0, 0, 0])
+    np.testing.assert_allclose(batch["rewards"][0], [0.5, 0.5 + discount, 0.5 + discount + discount**2 * 2.0])
+    np.testing.assert_array_equal(batch["masks"][0], [1, 0, 0])
     np.testing.assert_array_equal(batch["valid"][0], [1, 1, 0])
-    return batch
+    return {k: jnp.asarray(v) for k, v in batch.items()}
 
 
-def test_per_length_targets_by_hand_across_an_episode_end():
-    discount = 0.9
-    agent = tiny_agent(discount=discount, batch_size=1)
-    batch = window_across_an_episode_end(discount)
-    batch = {k: jnp.asarray(v) for k, v in batch.items()}
-    rng = jax.random.PRNGKey(7)
-    loss, info = agent.critic_loss(batch, agent.network.params, rng)
-
-    # V(s_{t+h}) at each intermediate next state, from the same draws: N flow samples, min over critics, max over
-    # candidates and prefixes.
+def next_state_values(agent, batch, rng, name):
+    """`V(s_{t+h})` `(1, H)` from the draws `critic_loss(batch, rng)` makes: N flow samples at each next state,
+    min over the critics `name`, max over candidates and prefixes."""
     n, cfg = agent.config["actor_num_samples"], agent.config
     next_obs = np.asarray(batch["next_observations"])  # (1, H, D)
     noises = jax.random.normal(rng, (1, H, n, H * A))
     repeated = np.repeat(next_obs[:, :, None], n, axis=2)
     velocity = lambda x, t: agent.network.select("actor_bc_flow")(repeated, x, t)  # noqa: E731
     candidates = jnp.clip(common.euler_flow(velocity, noises, cfg["flow_steps"]), -1, 1)
-    v = critic_values(agent, repeated, candidates).min(axis=0).max(axis=(-2, -1))  # (1, H)
+    return critic_values(agent, repeated, candidates, name).min(axis=0).max(axis=(-2, -1))
+
+
+@pytest.mark.parametrize("target_critic", [False, True])
+def test_per_length_targets_by_hand_across_an_episode_end(target_critic):
+    discount = 0.9
+    agent = tiny_agent(discount=discount, batch_size=1, target_critic=target_critic)
+    # A target critic unlike the online one, so the bootstrap's source shows in the numbers.
+    params = dict(agent.network.params)
+    params["modules_target_critic"] = jax.tree_util.tree_map(lambda x: 1.5 * x + 0.1, params["modules_critic"])
+    agent = agent.replace(network=agent.network.replace(params=params))
+    batch = window_across_an_episode_end(discount)
+    rng = jax.random.PRNGKey(7)
+    loss, info = agent.critic_loss(batch, agent.network.params, rng)
+
+    v = next_state_values(agent, batch, rng, "target_critic" if target_critic else "critic")  # (1, H)
+    other = next_state_values(agent, batch, rng, "critic" if target_critic else "target_critic")
+    assert abs(v[0, 0] - other[0, 0]) > 1e-3
     r, m = np.asarray(batch["rewards"]), np.asarray(batch["masks"])
     y = np.array([[r[0, h - 1] + discount**h * m[0, h - 1] * v[0, h - 1] for h in (1, 2, 3)]])
     np.testing.assert_allclose(
         y, np.asarray(prefix_targets(batch["rewards"], batch["masks"], jnp.asarray(v), discount)), rtol=1e-6
     )
-    # Masks are 0 here (the task was solved at the first step): every target is the reward sum alone.
-    np.testing.assert_allclose(y, r, rtol=1e-6)
-    assert float(info["critic/target_q_mean"]) == pytest.approx(y.mean(), rel=1e-5)
+    # Step 0 bootstraps; from step 1 the mask is 0 (solved, then the trajectory ended): the reward sum alone.
+    assert y[0, 0] == pytest.approx(0.5 + discount * v[0, 0], rel=1e-6)
+    np.testing.assert_allclose(y[0, 1:], r[0, 1:], rtol=1e-6)
+    assert float(info["critic/target_q_mean"]) == pytest.approx(y.mean(), rel=1e-5, abs=1e-6)
     q = critic_values(agent, np.asarray(batch["observations"]), np.asarray(batch["actions"]).reshape(1, -1))
-    valid = np.asarray(batch["valid"])
+    valid = np.asarray(batch["valid"])  # (1, H): length 3 is another trajectory's and weighs nothing
     assert float(loss) == pytest.approx(np.mean(valid * (q - y) ** 2), rel=1e-5)
 
     # With masks 1 the bootstrap enters with gamma^h at every length.
     ones = dict(batch, masks=jnp.ones_like(batch["masks"]))
     _, info = agent.critic_loss(ones, agent.network.params, rng)
     y1 = r + discount ** np.arange(1, H + 1) * v
-    assert float(info["critic/target_q_mean"]) == pytest.approx(y1.mean(), rel=1e-5)
+    assert float(info["critic/target_q_mean"]) == pytest.approx(y1.mean(), rel=1e-5, abs=1e-6)
 
 
 def test_choose_takes_the_joint_argmax():
     candidates = jnp.arange(3 * H * A, dtype=jnp.float32).reshape(3, H * A)  # (N, H * A)
-    values = jnp.array([[0.0, 1.0, 0.5], [0.2, 3.0, 2.9], [2.0, 0.0, 0.0]])  # (N, H)
-    chunk, length = choose(values, candidates)
+    values = jnp.array([[0.0, 1.0, 2.95], [0.2, 3.0, 2.9], [2.0, 0.0, 0.0]])  # (N, H)
+    chunk, length = choose(values, candidates)  # the best prefix: candidate 1, length 2 (3.0)
     np.testing.assert_array_equal(chunk, candidates[1])
     assert int(length) == 2
-    chunk, length = choose(values, candidates, adaptive=False)  # the best whole chunk: candidate 1 (2.9)
-    np.testing.assert_array_equal(chunk, candidates[1])
+    chunk, length = choose(values, candidates, adaptive=False)  # the best whole chunk: candidate 0 (2.95)
+    np.testing.assert_array_equal(chunk, candidates[0])
     assert int(length) == H
     ties = jnp.array([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0]])  # ties: lower candidate, then shorter
     chunk, length = choose(ties, candidates)
@@ -165,7 +174,9 @@ def test_update_and_batch_update(target_critic):
     agent = tiny_agent(target_critic=target_critic)
     batches = [random_batch(1), random_batch(2)]
     one, info = agent.update(batches[0])
+    compiled = ACSACAgent._update._cache_size()
     two, _ = one.update(batches[1])
+    assert ACSACAgent._update._cache_size() == compiled  # the second update reuses the first's compilation
     assert all(np.isfinite(float(v)) for v in info.values())
     assert {"critic/prefix_spread", "critic/next_length_mean", "actor/bc_flow_loss"} <= set(info)
     stacked = {k: np.stack([b[k] for b in batches]) for k in batches[0]}
