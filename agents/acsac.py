@@ -41,9 +41,10 @@ class PrefixCritic(nn.Module):
     """`Q(s, a_{1:h})` for `h = 1..H` in one pass: `(s (*B, D), chunk (*B, H * A)) -> (*B, H)`.
 
     Tokens: a linear embedding of `s`, then one of each action `a_h`, plus learned position embeddings (zero at
-    the start); blocks
-    of pre-LayerNorm causal self-attention and a 4x-wide gelu MLP, each added back; a final LayerNorm and a
-    linear head on the action tokens. The causal mask keeps `Q(s, a_{1:h})` independent of `a_{h+1:H}`.
+    the start); `num_layers` blocks of pre-LayerNorm causal self-attention (`num_heads` heads of `head_dim`) and
+    a 4x-wide gelu MLP, each added back; a final LayerNorm and a linear head on the action tokens. The causal
+    mask keeps `Q(s, a_{1:h})` independent of `a_{h+1:H}`. Source: the critic of arXiv 2605.11009's abstract;
+    sizes and layout are our reading (docs/differences.md, "ACSAC").
     """
 
     horizon: int
