@@ -21,6 +21,7 @@ import agents
 import envs
 import plot_curves as pc
 import plotting.figure
+import plotting.paper
 import plotting.runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -853,6 +854,12 @@ def test_dqc_runs_beside_the_dqc_papers_results(tmp_path):
     dqc = paper[("task", "cube-triple-play-oraclerep-v0", "DQC h=25 h_a=5")]
     assert list(dqc.x) == [0.25, 0.5, 0.75, 1.0] and 0 <= dqc.low[-1] <= dqc.mean[-1] <= dqc.high[-1] <= 1
     assert f"{dqc.mean[-1]:.2f}" in table or f"{dqc.mean[-1]:.3f}" in table, table
+    # A goal-conditioned env is its own task (its env block says so): the paper's all-goals curve, no "task N only".
+    assert "(DQC h=25 h_a=5)" in table and "only" not in table, table
+    curve = plotting.paper.paper_curve(paper, "QC h=25", "cube-triple", ["cube-triple-play-oraclerep-v0"], False, True)
+    assert curve.note == "" and curve.mean[-1] == pytest.approx(
+        paper[("task", "cube-triple-play-oraclerep-v0", "QC h=25")].mean[-1]
+    )
 
 
 # ---------------------------------------------------------------- labels

@@ -279,5 +279,7 @@ def _paper_style(method: str, groups: Sequence[Tuple[str, Optional[str]]], style
 
 
 def _panel_paper(curves, paper, panel, method, per_task) -> Optional[PaperCurve]:
-    tasks = sorted({t for c in curves if c.panel == panel and c.method == method for t in c.tasks}, key=task_key)
-    return paper_curve(paper, method, panel, tasks, per_task) if tasks else None
+    shown = [c for c in curves if c.panel == panel and c.method == method]
+    tasks = sorted({t for c in shown for t in c.tasks}, key=task_key)
+    goal_conditioned = all(r.goal_conditioned for c in shown for r in c.runs)
+    return paper_curve(paper, method, panel, tasks, per_task, goal_conditioned) if tasks else None

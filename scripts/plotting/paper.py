@@ -93,16 +93,17 @@ def _paper_tasks_of(paper: Dict, domain: str, method: str) -> List[str]:
 
 
 def paper_curve(
-    paper: Dict, method: Optional[str], panel: str, tasks: Sequence[str], per_task: bool
+    paper: Dict, method: Optional[str], panel: str, tasks: Sequence[str], per_task: bool, goal_conditioned: bool = False
 ) -> Optional[PaperCurve]:
     """The paper's curve of `method` for a panel: the task's curve, the domain's aggregate when the
-    runs cover all of its tasks, else the mean of the paper's curves of the tasks covered (no CI).
+    runs cover all of its tasks, else the mean of the paper's curves of the tasks covered (no CI); for runs of
+    one goal-conditioned env (`goal_conditioned`, from their env block), that env's all-goals curve.
     None for `method` None (a run of no paper method) or where the paper has no such curve."""
     if method is None:
         return None
     if per_task:
         return paper.get(("task", panel, method))
-    if len(tasks) == 1 and tasks[0].endswith("-oraclerep-v0"):  # one goal-conditioned env: its all-goals result
+    if len(tasks) == 1 and goal_conditioned:
         return paper.get(("task", tasks[0], method))
     if ("agg", panel, method) in paper and list(tasks) == _paper_tasks_of(paper, panel, method):
         return paper[("agg", panel, method)]

@@ -240,6 +240,7 @@ class Run:
     success: np.ndarray
     note: Optional[str] = None
     record: Optional[Dict] = dataclasses.field(default=None, repr=False)  # its flags.json
+    goal_conditioned: bool = False  # its env block's: the env is its own task (the paper's all-goals result)
 
     def x(self, online_offset: int) -> np.ndarray:
         """Steps on the paper's axis: `main_online.py` runs start at `online_offset`."""
@@ -364,6 +365,7 @@ def make_run(source: str, config_file: str, record: Dict, rows: Iterable[Tuple[i
         success=np.array([value for _, value in rows], dtype=np.float64),
         note=note,
         record=record,
+        goal_conditioned=bool(env.get("goal_conditioned", False)),
     )
 
 

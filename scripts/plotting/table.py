@@ -118,7 +118,8 @@ def build_table(
                 group = [r for r in in_panel if r.label == label]
                 method = group[0].method
                 tasks = sorted({r.task for r in group}, key=task_key)
-                curve = paper_curve(paper, method, panel, tasks, per_task) if paper else None
+                gc = all(r.goal_conditioned for r in group)
+                curve = paper_curve(paper, method, panel, tasks, per_task, gc) if paper else None
                 offline, offline_steps = _phase_cell(group, tasks, "offline", aggregate, reps, seed)
                 end, end_steps = _phase_cell(group, tasks, "training", aggregate, reps, seed)
                 online_only = group[0].driver == "main_online"
