@@ -324,7 +324,7 @@ def warn_if_dense_on_sparse_domain(env_name: str, sparse: bool) -> bool:
         "%s: the paper trains %s tasks with sparse rewards (--sparse=True, r -> -(r != 0)); this run uses the dense "
         "rewards, so its numbers are not comparable to the paper's.",
         env_name,
-        name.domain.split("-")[0],
+        name.domain,
     )
     return True
 

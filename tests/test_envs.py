@@ -234,7 +234,11 @@ def test_dense_reward_warning(caplog):
     with caplog.at_level(logging.WARNING):
         assert warn_if_dense_on_sparse_domain("scene-play-singletask-task2-v0", sparse=False)
         assert warn_if_dense_on_sparse_domain("puzzle-3x3-play-singletask-task4-v0", sparse=False)
-    assert len(caplog.records) == 2 and "sparse" in caplog.records[0].getMessage()
+    assert (
+        len(caplog.records) == 2
+        and "the paper trains scene tasks with sparse rewards" in caplog.records[0].getMessage()
+    )
+    assert "the paper trains puzzle-3x3 tasks with sparse rewards" in caplog.records[1].getMessage()
     caplog.clear()
     with caplog.at_level(logging.WARNING):
         assert not warn_if_dense_on_sparse_domain("scene-play-singletask-task2-v0", sparse=True)
