@@ -92,3 +92,16 @@ def test_acsac_runs_resumes_sweeps_and_plots(tmp_path, dataset):
     with open(os.path.join(out, "curves.csv")) as f:
         labels = {row["label"] for row in csv.DictReader(f)}
     assert len(labels) == 2, labels
+    # The executed lengths: the adaptive run's only (the fixed control logs none), shares that sum to 1 and
+    # agree with its mean, at the steps eval.csv has.
+    with open(os.path.join(out, "executed_lengths.csv")) as f:
+        rows = list(csv.DictReader(f))
+    with open(os.path.join(run_dir, "eval.csv")) as f:
+        steps = [row["step"] for row in csv.DictReader(f)]
+    assert len({row["label"] for row in rows}) == 1 and [row["step"] for row in rows] == steps, rows
+    for row in rows:
+        shares = [float(row[f"share_{k}"]) for k in range(1, 4)]  # h = 3 here
+        assert sum(shares) == pytest.approx(1.0, abs=1e-5) and row["runs"] == "1" and "share_4" not in row
+        assert float(row["mean"]) == pytest.approx(
+            sum(k * v for k, v in zip(range(1, 4), shares, strict=True)), abs=1e-5
+        )
