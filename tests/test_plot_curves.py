@@ -1003,3 +1003,16 @@ def test_without_executed_lengths_there_is_no_lengths_figure_and_a_bad_share_is_
     capsys.readouterr()
     assert pc.main([str(sweep), f"--out_dir={out}", "--reps=20", "--no_paper"]) == 2
     assert "toy_t1_sd0/eval.csv:2: executed_length.share_2 '1.5' is not a share in [0, 1]" in capsys.readouterr().err
+
+
+def test_a_long_label_wraps_inside_the_lengths_figure(sweep, tmp_path):
+    """A label wider than its panel (an agent named at length) wraps: no title runs off the image's edges."""
+    name = "an_agent_with_a_name_much_wider_than_one_panel_of_the_figure"
+    write_run(sweep / "toy_t1_sd0", _toy_record(1, 0, name=name), [(4000, 0.1), (8000, 0.2)])
+    _write_lengths(sweep / "toy_t1_sd0", [(4000, 0.1, 0.5, 0.25, 0.25), (8000, 0.2, 0.2, 0.2, 0.6)])
+    out = tmp_path / "plots"
+    assert pc.main([str(sweep), f"--out_dir={out}", "--reps=20", "--no_paper"]) == 0
+    for figure in ("executed_lengths.png", "curves.png"):
+        pixels = np.asarray(Image.open(out / figure).convert("L"))
+        edges = np.concatenate([pixels[:, :2], pixels[:, -2:]], axis=1)
+        assert edges.min() > 200, f"{figure}: ink touches the left or right edge, so text was cut off"

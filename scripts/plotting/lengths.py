@@ -10,6 +10,7 @@ import csv
 import math
 import os
 import re
+import textwrap
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -118,7 +119,8 @@ def _draw(table, horizon: int, path: str) -> str:
         else:
             ax.stackplot(steps, padded.T, colors=colours, labels=names)
             ax.set_xlim(steps.min(), steps.max())
-        ax.set_title(f"{label} ({int(count.max())} run(s))", fontsize=9)
+        # A label wider than the panel (an agent's name and the keys it differs in) wraps onto more lines.
+        ax.set_title(textwrap.fill(f"{label} ({int(count.max())} run(s))", 44), fontsize=9)
         ax.set_xlabel("step")
         ax.set_ylim(0.0, 1.0)
         ax.grid(alpha=0.3)
