@@ -6,6 +6,7 @@ queue executing exactly the chosen prefix) tests/test_chunk_length.py.
 """
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -105,3 +106,35 @@ def test_acsac_runs_resumes_sweeps_and_plots(tmp_path, dataset):
         assert float(row["mean"]) == pytest.approx(
             sum(k * v for k, v in zip(range(1, 4), shares, strict=True)), abs=1e-5
         )
+
+
+def test_a_checkpoint_evaluated_again_equals_the_runs_evaluation_and_can_execute_whole_chunks(
+    tmp_path, dataset, capsys
+):
+    """scripts/evaluate_checkpoint.py: unchanged, the run's own `eval.csv` row, value for value; with
+    `--agent adaptive_length=False` the same networks execute whole chunks; bad inputs are one `error:` line."""
+    import evaluate_checkpoint as ec
+
+    run_dir, _ = _run(str(tmp_path), "e", dataset, "--online_steps=0", "--eval_episodes=2")
+    row = csv_rows(os.path.join(run_dir, "eval.csv"))[-1]
+    assert row["step"] == "20"
+    capsys.readouterr()
+    assert ec.main([run_dir, "--step=20"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    timed = ("step", "time", "episode.duration")
+    assert {k: float(v) for k, v in row.items() if k not in timed} == {k: v for k, v in stats.items() if k not in timed}
+
+    assert ec.main([run_dir, "--step=20", "--agent", "adaptive_length=False"]) == 0
+    whole = json.loads(capsys.readouterr().out)
+    assert not [k for k in whole if k.startswith("executed_length")]
+    assert whole["policy_calls_per_episode"] == -(-whole["episode.length"] // 3)  # h = 3: one call per chunk
+
+    for argv, message in [
+        (["--step=7"], "checkpoints of this run: steps [20]"),
+        (["--step=20", "--agent", "bogus=1"], "KEY one of the run's agent keys"),
+        (["--step=20", "--agent", "adaptive_length=3"], "adaptive_length is bool (True), not int"),
+        (["--step=20", "--episodes=0"], "--episodes=0: must be at least 1"),
+    ]:
+        with pytest.raises(SystemExit) as exit_info:
+            ec.main([run_dir, *argv])
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err

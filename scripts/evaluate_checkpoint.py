@@ -1,0 +1,152 @@
+"""Evaluate a run's saved checkpoint again, with the run's evaluation or with acting changed.
+
+    python scripts/evaluate_checkpoint.py RUN_DIR --step=10000 [--episodes=100] [--seed=S]
+        [--agent adaptive_length=False] [--action_chunk_eval_size=1]
+
+The agent is rebuilt from the run's `flags.json` (its agent config, then each `--agent KEY=VALUE`), its
+parameters read from `RUN_DIR/checkpoints/agent_<step>.msgpack`, and its evaluation env made by the run's
+benchmark family with the run's data options; then `evaluation.evaluate` runs with the run's seed, that step
+and the run's `--eval_temperature`. With no option changed this is the run's own evaluation: the printed
+statistics equal its `eval.csv` row at that step. Changing acting answers questions such as "the same networks,
+executing whole chunks?" (`--agent adaptive_length=False` for `--method=acsac`) or "executing only the first
+action?" (`--action_chunk_eval_size=1`). `--seed` draws other episodes. Prints the statistics as one JSON
+object; writes nothing into the run.
+
+An override may only change a key that exists in the run's config, to a value of the same type (a key that
+changes the networks' shapes fails when the checkpoint is read). Errors are one `error:` line, exit status 2.
+"""
+
+import ast
+import glob
+import json
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from utils.startup import ArgumentParser, exit_with_error  # noqa: E402
+
+
+def _tuples(value):
+    """JSON lists back to the tuples agent configs hold (hidden sizes, observation shapes)."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def agent_config(record: dict, overrides) -> dict:
+    """The run's agent config with `KEY=VALUE` overrides (VALUE a Python literal, or a bare word as a string).
+
+    Raises:
+        ValueError: not KEY=VALUE, a key the config lacks, or a value of another type than the key's.
+    """
+    config = {k: _tuples(v) for k, v in record["agent"].items()}
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or key not in config:
+            known = ", ".join(sorted(config))
+            raise ValueError(f"--agent {item!r}: expected KEY=VALUE with KEY one of the run's agent keys ({known}).")
+        try:
+            value = _tuples(ast.literal_eval(text))
+        except (ValueError, SyntaxError):
+            value = text
+        old = config[key]
+        if old is not None and not isinstance(value, type(old)) and not (type(old) is float and type(value) is int):
+            raise ValueError(f"--agent {item!r}: {key} is {type(old).__name__} ({old!r}), not {type(value).__name__}.")
+        config[key] = float(value) if type(old) is float else value
+    return config
+
+
+def checkpoint_path(run_dir: str, step: int) -> str:
+    """`RUN_DIR/checkpoints/agent_<step>.msgpack`; `FileNotFoundError` listing the steps that were saved."""
+    path = os.path.join(run_dir, "checkpoints", f"agent_{step}.msgpack")
+    if not os.path.isfile(path):
+        saved = sorted(int(m[1]) for p in glob.glob(os.path.join(run_dir, "checkpoints", "agent_*.msgpack"))
+                       if (m := re.search(r"agent_(\d+)\.msgpack$", p)))  # fmt: skip
+        raise FileNotFoundError(f"no checkpoint {path}; checkpoints of this run: steps {saved or 'none'}.")
+    return path
+
+
+def evaluate_checkpoint(run_dir, step, episodes=None, seed=None, overrides=(), action_chunk_eval_size=None):
+    """The statistics of `evaluation.evaluate` (`success`, `episode.*`, `executed_length.*`, ...) for the
+    checkpoint of `run_dir` at `step`: the module docstring. `episodes`/`seed` None: the run's own."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    import agents
+    import envs
+    from agents import common
+    from evaluation import evaluate
+    from utils.flax_utils import restore_agent
+
+    with open(os.path.join(run_dir, "flags.json")) as f:
+        record = json.load(f)
+    flags = record["flags"]
+    config = agent_config(record, overrides)
+    path = checkpoint_path(run_dir, step)
+    if config["agent_name"] in agents.names() or not flags.get("agent_file"):
+        spec = agents.get(config["agent_name"])
+    else:  # an agent file of the user's, outside agents/ (--agent=PATH)
+        spec = agents.load_file(flags["agent_file"])
+    env_data = envs.make_env_and_datasets(
+        flags["env_name"],
+        dataset_path=flags.get("dataset_path"),
+        dataset_dir=flags.get("ogbench_dataset_dir"),
+        dataset_proportion=flags.get("dataset_proportion", 1.0),
+        sparse=bool(flags.get("sparse")),
+        seed=int(flags["seed"]),
+        success_timing=flags.get("success_timing", "post"),
+        dataset_success_timing=flags.get("dataset_success_timing", "pre"),
+        hash_datasets=False,
+    )
+    data = env_data.train_dataset
+    goals = {"ex_goals": jnp.asarray(data["oracle_reps"][:1])} if spec.goal_conditioned else {}
+    template = spec.agent_class.create(0, data["observations"][:1], data["actions"][:1], config, **goals)
+    agent = restore_agent(template, path)
+    takes_temperature = common.sample_actions_takes(spec.agent_class, "temperature")
+    stats, _, _ = evaluate(
+        agent,
+        env_data.eval_env,
+        num_eval_episodes=int(flags["eval_episodes"] if episodes is None else episodes),
+        action_dim=int(np.shape(data["actions"])[-1]),
+        seed=int(flags["seed"] if seed is None else seed),
+        step=step,
+        progress=False,
+        task_names=env_data.task_names or None,
+        action_chunk_eval_size=action_chunk_eval_size,
+        temperature=flags.get("eval_temperature") if takes_temperature else None,
+    )
+    return stats
+
+
+def main(argv=None) -> int:
+    parser = ArgumentParser(prog="python scripts/evaluate_checkpoint.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", help="A run directory (flags.json and checkpoints/).")
+    parser.add_argument("--step", type=int, required=True, help="The checkpoint's global step (agent_<step>.msgpack).")
+    parser.add_argument("--episodes", type=int, default=None, help="Episodes (default: the run's --eval_episodes).")
+    parser.add_argument("--seed", type=int, default=None, help="Seed of the episodes (default: the run's --seed).")
+    parser.add_argument("--agent", action="append", default=[], metavar="KEY=VALUE",
+                        help="Change one agent config key, e.g. adaptive_length=False (repeatable).")  # fmt: skip
+    parser.add_argument("--action_chunk_eval_size", type=int, default=None,
+                        help="Execute only the first n actions of each chunk (the ac<n>/ evaluation).")  # fmt: skip
+    args = parser.parse_args(argv)
+    if not os.path.isfile(os.path.join(args.run_dir, "flags.json")):
+        exit_with_error(f"{args.run_dir} has no flags.json: not a run directory of main.py or main_online.py.")
+    if args.episodes is not None and args.episodes < 1:
+        exit_with_error(f"--episodes={args.episodes}: must be at least 1.")
+    if args.action_chunk_eval_size is not None and args.action_chunk_eval_size < 1:
+        exit_with_error(f"--action_chunk_eval_size={args.action_chunk_eval_size}: must be at least 1.")
+    from utils.startup import quiet_startup
+
+    quiet_startup()
+    try:
+        stats = evaluate_checkpoint(args.run_dir, args.step, args.episodes, args.seed, args.agent,
+                                    args.action_chunk_eval_size)  # fmt: skip
+    except (ValueError, FileNotFoundError) as e:
+        exit_with_error(str(e))
+    print(json.dumps({k: float(v) for k, v in stats.items()}, indent=1, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
