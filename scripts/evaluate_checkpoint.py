@@ -12,8 +12,9 @@ executing whole chunks?" (`--agent adaptive_length=False` for `--method=acsac`) 
 action?" (`--action_chunk_eval_size=1`). `--seed` draws other episodes. Prints the statistics as one JSON
 object; writes nothing into the run.
 
-An override may only change a key that exists in the run's config, to a value of the same type (a key that
-changes the networks' shapes fails when the checkpoint is read). Errors are one `error:` line, exit status 2.
+An override may only change a key that exists in the run's config, to a value of the same type that the agent's
+own `check_config` accepts (`create` runs it; a key that changes the networks' shapes fails when the checkpoint is
+read). Errors are one `error:` line, exit status 2.
 """
 
 import ast
@@ -70,7 +71,6 @@ def checkpoint_path(run_dir: str, step: int) -> str:
 def evaluate_checkpoint(run_dir, step, episodes=None, seed=None, overrides=(), action_chunk_eval_size=None):
     """The statistics of `evaluation.evaluate` (`success`, `episode.*`, `executed_length.*`, ...) for the
     checkpoint of `run_dir` at `step`: the module docstring. `episodes`/`seed` None: the run's own."""
-    import jax.numpy as jnp
     import numpy as np
 
     import agents
@@ -100,7 +100,7 @@ def evaluate_checkpoint(run_dir, step, episodes=None, seed=None, overrides=(), a
         hash_datasets=False,
     )
     data = env_data.train_dataset
-    goals = {"ex_goals": jnp.asarray(data["oracle_reps"][:1])} if spec.goal_conditioned else {}
+    goals = {"ex_goals": data["oracle_reps"][:1]} if spec.goal_conditioned else {}
     template = spec.agent_class.create(0, data["observations"][:1], data["actions"][:1], config, **goals)
     agent = restore_agent(template, path)
     takes_temperature = common.sample_actions_takes(spec.agent_class, "temperature")

@@ -134,6 +134,7 @@ def test_a_checkpoint_evaluated_again_equals_the_runs_evaluation_and_can_execute
         (["--step=20", "--agent", "bogus=1"], "KEY one of the run's agent keys"),
         (["--step=20", "--agent", "adaptive_length=3"], "adaptive_length is bool (True), not int"),
         (["--step=20", "--episodes=0"], "--episodes=0: must be at least 1"),
+        (["--step=20", "--agent", "actor_num_samples=0"], "actor_num_samples must be an int >= 1, got 0"),
     ]:
         with pytest.raises(SystemExit) as exit_info:
             ec.main([run_dir, *argv])
