@@ -206,34 +206,17 @@ def parse_ogbench_name(name: str) -> OGBenchName | None:
     return None
 
 
-def is_ogbench_env(env_name: str) -> bool:
-    """True for a supported single-task training env name (see `SUPPORTED_PATTERNS`)."""
-    return _ENV_RE.match(env_name) is not None
-
-
-def is_oraclerep_env(env_name: str) -> bool:
-    """True for a supported goal-conditioned env name `<domain>-<type>-oraclerep-v0` (see `SUPPORTED_PATTERNS`)."""
-    m = _ORACLEREP_RE.match(env_name)
-    return m is not None and m["type"] in dataset_types(m["domain"])
-
-
-def _parse_env_name(env_name: str) -> OGBenchName:
-    parsed = parse_ogbench_name(env_name) if is_ogbench_env(env_name) else None
+def training_name(env_name: str, goal_conditioned: bool | None = None) -> OGBenchName:
+    """The parts of a training env name: single-task (`goal_conditioned=False`), goal-conditioned
+    (`<domain>-<type>-oraclerep-v0`, True) or either (None). `ValueError` listing the supported names for any
+    other name (a dataset name, another domain, a type the domain does not have)."""
+    single = goal_conditioned is not True and _ENV_RE.match(env_name) is not None
+    goal = goal_conditioned is not False and _ORACLEREP_RE.match(env_name) is not None
+    parsed = parse_ogbench_name(env_name) if single or goal else None
     if parsed is None:
-        raise ValueError(
-            f"Not a supported OGBench single-task env name: {env_name!r}. Supported: " + "; ".join(SUPPORTED_PATTERNS)
-        )
-    return parsed
-
-
-def parse_oraclerep_name(env_name: str) -> OGBenchName:
-    """The parts of a goal-conditioned env name; `ValueError` (listing the supported names) for anything else."""
-    parsed = parse_ogbench_name(env_name) if _ORACLEREP_RE.match(env_name) else None
-    if parsed is None:
-        raise ValueError(
-            f"Not a supported OGBench goal-conditioned env name: {env_name!r}. Supported: "
-            + "; ".join(SUPPORTED_PATTERNS[2:])
-        )
+        kind = "goal-conditioned " if goal_conditioned else "single-task " if goal_conditioned is False else ""
+        supported = SUPPORTED_PATTERNS[2:] if goal_conditioned else SUPPORTED_PATTERNS
+        raise ValueError(f"Not a supported OGBench {kind}env name: {env_name!r}. Supported: " + "; ".join(supported))
     return parsed
 
 
@@ -283,38 +266,34 @@ def check_success_timing(success_timing: str) -> str:
     return success_timing
 
 
-def effective_task_id(env_name: str, env=None) -> int:
-    """The task a training env runs: N for `...-singletask-taskN-v0`, else ogbench's default (its `set_tasks`,
-    read from `env`, as `load_ogbench_dataset`'s); `ValueError` for an unsupported name."""
-    name = _parse_env_name(env_name)
-    if name.task_id is not None:
-        return name.task_id
-    return int(task_env(env, _relabel_env, name.env_id).unwrapped._reward_task_id)
-
-
-def ogbench_metadata(env_name: str, success_timing: str = "post", env=None) -> dict:
-    """`flags.json`'s env facts: `timing_metadata(success_timing)` plus the `task_id` (docs/datasets.md, section 5);
-    `env` as `load_ogbench_dataset`'s."""
-    return {**timing_metadata(success_timing), "task_id": effective_task_id(env_name, env)}
-
-
-def timing_metadata(success_timing: str) -> dict:
-    """`{'ogbench_version', 'success_timing', 'reward_timing'}`: the part of a run's env facts every OGBench
-    env shares (`ogbench_metadata`, `goal_metadata`). Raises ValueError: unknown timing."""
-    check_success_timing(success_timing)
-    return {
+def run_metadata(env_name: str, success_timing: str = "post", dataset_success_timing: str = "pre", env=None) -> dict:
+    """`flags.json`'s env facts (docs/datasets.md, section 5): `ogbench_version`, `success_timing`, `reward_timing`,
+    then for a single-task env `task_id` (N of `...-taskN-v0`, else ogbench's default task, read from `env` as
+    `load_ogbench_dataset`'s) and `dataset_success_timing`; for a goal-conditioned env `goal_conditioned` True,
+    `task_id` None (every task is evaluated), `task_names` and `dataset_success_timing` None (the goal windows make
+    the rewards). `ValueError` for a bad name or timing."""
+    name = training_name(env_name)
+    check_success_timing(dataset_success_timing)
+    facts = {
         "ogbench_version": importlib.metadata.version("ogbench"),
-        "success_timing": success_timing,
+        "success_timing": check_success_timing(success_timing),
         "reward_timing": f"{success_timing}-step",
     }
+    if name.oraclerep:
+        names = list(task_names(env_name, env))
+        return {**facts, "goal_conditioned": True, "task_id": None, "task_names": names, "dataset_success_timing": None}
+    task_id = name.task_id or int(task_env(env, _relabel_env, name.env_id).unwrapped._reward_task_id)
+    return {**facts, "task_id": task_id, "dataset_success_timing": dataset_success_timing}
 
 
-def make_ogbench_env(env_name: str, success_timing: str = "post", **env_kwargs) -> gymnasium.Env:
-    """The single-task env of a training env name (ogbench's `env_only=True`) with the success timing passed
-    explicitly (docs/datasets.md, section 5); `env_kwargs` go to `gymnasium.make`. `ValueError` for an
+def make_env(env_name: str, success_timing: str = "post", **env_kwargs) -> gymnasium.Env:
+    """The env of a training env name, not wrapped (`make_eval_env` adds the wrappers), with the success timing
+    passed explicitly (docs/datasets.md, section 5): the single-task env (ogbench's `env_only=True`), or the
+    goal-conditioned one with `use_oracle_rep=True`. `env_kwargs` go to `gymnasium.make`; `ValueError` for an
     unsupported name or timing."""
-    env_id = _parse_env_name(env_name).env_id
-    return gymnasium.make(env_id, success_timing=check_success_timing(success_timing), **env_kwargs)
+    name = training_name(env_name)
+    goal = {"use_oracle_rep": True} if name.oraclerep else {}
+    return gymnasium.make(name.env_id, success_timing=check_success_timing(success_timing), **goal, **env_kwargs)
 
 
 def task_env(env, private: Callable[[str], gymnasium.Env], env_id: str) -> gymnasium.Env:
@@ -482,7 +461,7 @@ def load_ogbench_dataset(
     `masks (T,)` (0 where solved), `terminals (T,)`, T = stored rows - trajectories. `FileNotFoundError`
     (with the generator command) for a missing file; `ValueError` for a bad name, timing or file.
     """
-    name = _parse_env_name(env_name)
+    name = training_name(env_name, goal_conditioned=False)
     check_success_timing(success_timing)
     arrays = read_trajectories(path, name.dataset_name, name.has_button_states)
     dataset, starts, info = _transitions(arrays, name, action_clip_eps)
@@ -527,9 +506,8 @@ def resolve_dataset_paths(env_name: str, dataset_path: str | None = None, datase
     `<dataset_dir>/<dataset>.npz`; else the shards in `dataset_dir`; else the default directory's file (the
     `-val` file is never required). `FileNotFoundError` naming the file and the generator command;
     `ValueError` for an unsupported name or a `dataset_path` that is no regular file."""
-    goal_conditioned = is_oraclerep_env(env_name)
-    name = parse_oraclerep_name(env_name) if goal_conditioned else _parse_env_name(env_name)
-    dataset_name = name.dataset_name
+    name = training_name(env_name)
+    dataset_name, goal_conditioned = name.dataset_name, name.oraclerep
     if dataset_path is not None:
         paths = [os.path.expanduser(dataset_path)]
     else:
@@ -555,15 +533,6 @@ def resolve_dataset_paths(env_name: str, dataset_path: str | None = None, datase
 # ---- goal-conditioned envs with oracle goal representations (DQC; docs/datasets.md, section 10) ---------------
 
 
-def make_oraclerep_env(env_name: str, success_timing: str = "post", **env_kwargs) -> gymnasium.Env:
-    """`gymnasium.make('<domain>-v0', use_oracle_rep=True, success_timing=..., **env_kwargs)` for `env_name`, not
-    wrapped (`make_eval_env` adds the wrappers); `ValueError` for a bad name or timing."""
-    name = parse_oraclerep_name(env_name)
-    return gymnasium.make(
-        name.env_id, use_oracle_rep=True, success_timing=check_success_timing(success_timing), **env_kwargs
-    )
-
-
 @functools.lru_cache(maxsize=None)
 def _private_goal_env(env_id: str) -> gymnasium.Env:
     # A private env per domain: `add_oracle_reps` reads the number of cubes from it, `task_names` its tasks.
@@ -575,7 +544,7 @@ def task_names(env_name: str, env=None) -> tuple[str, ...]:
     """The goal-conditioned env's evaluation tasks, task id `i` at position `i - 1`, e.g. ('task1_horizontal', ...)
     for cube-single, ('task1', ..., 'task5') for puzzle and humanoidmaze; `env` as `load_oraclerep_dataset`'s.
     `ValueError` for an unsupported name."""
-    env = task_env(env, _private_goal_env, parse_oraclerep_name(env_name).env_id)
+    env = task_env(env, _private_goal_env, training_name(env_name, goal_conditioned=True).env_id)
     return tuple(str(info["task_name"]) for info in env.unwrapped.task_infos)
 
 
@@ -586,12 +555,12 @@ def load_oraclerep_dataset(
     loader's rows and checks (float32 `observations`, `next_observations (T, D)`, `actions (T, A)`, clipped to
     `[-1 + eps, 1 - eps]`, `terminals (T,)`), `oracle_reps (T, G)` of each row's state, `rewards` zeros and
     `masks` ones (DQC's come from its windows); `keep_info` keeps `qpos`, `qvel` (, `button_states`).
-    `env`: the goal-conditioned env of `env_name` (`make_oraclerep_env`) or a function returning it, read, not
+    `env`: the goal-conditioned env of `env_name` (`make_env`) or a function returning it, read, not
     reset; None: a private one per domain. `FileNotFoundError` with the download (and generator) command;
     `ValueError` for a bad name, a bad file or one of another domain."""
     from ogbench.relabel_utils import add_oracle_reps
 
-    name = parse_oraclerep_name(env_name)
+    name = training_name(env_name, goal_conditioned=True)
     arrays = read_trajectories(path, name.dataset_name, name.has_button_states, goal_conditioned=True)
     env = task_env(env, _private_goal_env, name.env_id)
     ob_dim = env.observation_space.shape[-1]
@@ -628,39 +597,16 @@ def make_eval_env(env_name: str, success_timing: str = "post", **env_kwargs) -> 
     """One monitored env of `env_name` (single-task or goal-conditioned), not reset: a run's evaluation env (and,
     reset once, its training env). Goal-conditioned envs reset through `GlobalNumpySeeding`. `env_kwargs` go to
     `gymnasium.make`; `ValueError` for a bad name or timing."""
-    if is_oraclerep_env(env_name):
-        env = GlobalNumpySeeding(make_oraclerep_env(env_name, success_timing, **env_kwargs))
-    else:
-        env = make_ogbench_env(env_name, success_timing, **env_kwargs)
+    env = make_env(env_name, success_timing, **env_kwargs)
+    if training_name(env_name).oraclerep:
+        env = GlobalNumpySeeding(env)
     return EpisodeMonitor(env, filter_regexes=OGBENCH_INFO_FILTERS)
-
-
-def goal_metadata(env_name: str, success_timing: str = "post", env=None) -> dict:
-    """`flags.json`'s env facts of a goal-conditioned run: `timing_metadata`, `goal_conditioned`, `task_id` None
-    (every task is evaluated), `task_names`, `dataset_success_timing` None (the goal windows make the rewards)."""
-    return {
-        **timing_metadata(success_timing),
-        "goal_conditioned": True,
-        "task_id": None,
-        "task_names": list(task_names(env_name, env)),
-        "dataset_success_timing": None,
-    }
-
-
-def run_metadata(env_name: str, success_timing: str = "post", dataset_success_timing: str = "pre", env=None) -> dict:
-    """Facts to store with a run; `env` as `load_ogbench_dataset`'s. Single-task: `{'ogbench_version',
-    'success_timing', 'reward_timing', 'task_id', 'dataset_success_timing'}`; goal-conditioned: `goal_metadata`.
-    `ValueError` for a bad name or timing."""
-    check_success_timing(dataset_success_timing)
-    if is_oraclerep_env(env_name):
-        return goal_metadata(env_name, success_timing, env)
-    return {**ogbench_metadata(env_name, success_timing, env), "dataset_success_timing": dataset_success_timing}
 
 
 def load_file(path: str, env_name: str, options: DataOptions, env=None) -> dict:
     """One file (the training file, a shard, the val file) of `env_name` with every step a run's load applies but
     the cut (`dataset_proportion`): `load_ogbench_dataset` (`load_oraclerep_dataset`), then `--sparse`."""
-    if is_oraclerep_env(env_name):
+    if training_name(env_name).oraclerep:
         dataset = load_oraclerep_dataset(path, env_name, options.action_clip_eps, env=env)
     else:
         dataset = load_ogbench_dataset(

@@ -53,8 +53,8 @@ def test_parse_names(name, expected, dataset, env_id):
 def test_which_names_are_training_envs():
     for task in range(1, 6):
         for domain in ogb.DOMAINS:
-            assert ogb.is_ogbench_env(f"{domain}-play-singletask-task{task}-v0")
-    assert ogb.is_ogbench_env("cube-triple-noisy-singletask-v0")
+            assert not ogb.training_name(f"{domain}-play-singletask-task{task}-v0", goal_conditioned=False).oraclerep
+    assert ogb.training_name("cube-triple-noisy-singletask-v0", goal_conditioned=False).task_id is None
     for name in [
         "cube-double-play-v0",
         "cube-double-v0",
@@ -63,7 +63,8 @@ def test_which_names_are_training_envs():
         "lift-mh-low_dim",
         "puzzle-4x4-play-singletask-v0",
     ]:
-        assert not ogb.is_ogbench_env(name), name
+        with pytest.raises(ValueError, match="Not a supported OGBench single-task env name"):
+            ogb.training_name(name, goal_conditioned=False)
     assert parse_ogbench_name("visual-cube-double-play-v0") is None
     with pytest.raises(ValueError, match="task id must be in 1..5"):
         parse_ogbench_name("cube-double-play-singletask-task6-v0")
@@ -78,19 +79,18 @@ def test_default_task_of_every_domain_is_the_one_that_runs():
     for domain, expected in DEFAULT_TASKS.items():
         name = f"{domain}-play-singletask-v0"
         assert gymnasium.spec(ogb.parse_ogbench_name(name).env_id).kwargs["reward_task_id"] == 0
-        assert ogb.effective_task_id(name) == expected, domain
-        assert ogb.ogbench_metadata(name)["task_id"] == expected
-    env = ogb.make_ogbench_env("puzzle-3x3-play-singletask-v0")  # the one whose default is not 2
+        assert ogb.run_metadata(name)["task_id"] == expected, domain
+    env = ogb.make_env("puzzle-3x3-play-singletask-v0")  # the one whose default is not 2
     env.reset(seed=0)
     assert env.unwrapped.cur_task_id == 4
     env.close()
-    assert ogb.effective_task_id("puzzle-3x3-noisy-singletask-task1-v0") == 1
+    assert ogb.run_metadata("puzzle-3x3-noisy-singletask-task1-v0")["task_id"] == 1
     assert ogb.run_metadata("scene-play-singletask-task5-v0")["task_id"] == 5
 
 
 @pytest.mark.parametrize("timing", ["post", "pre"])
 def test_metadata_and_env_record_the_timing_that_runs(timing):
-    env = ogb.make_ogbench_env("cube-double-play-singletask-v0", success_timing=timing)
+    env = ogb.make_env("cube-double-play-singletask-v0", success_timing=timing)
     assert env.unwrapped._success_timing == timing
     assert env.spec.max_episode_steps == 500
     env.close()
@@ -100,7 +100,7 @@ def test_metadata_and_env_record_the_timing_that_runs(timing):
         "reward_timing": f"{timing}-step",
         "task_id": 2,
     }
-    assert ogb.ogbench_metadata("cube-double-play-singletask-v0", timing) == meta
+    assert ogb.run_metadata("cube-double-play-singletask-v0", timing) == {**meta, "dataset_success_timing": "pre"}
     other = {"post": "pre", "pre": "post"}[timing]  # the offline relabelling timing is recorded on its own
     assert ogb.run_metadata("scene-play-singletask-task2-v0", timing, other) == {
         **meta,
@@ -110,15 +110,15 @@ def test_metadata_and_env_record_the_timing_that_runs(timing):
 
 
 def test_defaults_are_post_step_and_bad_timings_are_refused(tmp_path):
-    env = ogb.make_ogbench_env("cube-single-play-singletask-task1-v0")
+    env = ogb.make_env("cube-single-play-singletask-task1-v0")
     assert env.unwrapped._success_timing == "post"  # the paper's (ogbench 1.1.2), not ogbench 1.2's 'pre'
     env.close()
     assert ogb.run_metadata("cube-single-play-singletask-task1-v0")["reward_timing"] == "post-step"
     message = "--success_timing must be one of 'post', 'pre', got 'after'"
     name = "cube-single-play-singletask-task1-v0"
     for call in (
-        lambda: ogb.make_ogbench_env(name, "after"),
-        lambda: ogb.ogbench_metadata(name, "after"),
+        lambda: ogb.make_env(name, "after"),
+        lambda: ogb.run_metadata(name, "after"),
         lambda: envs.make_env_and_datasets(name, success_timing="after"),
         lambda: ogb.run_metadata(name, "post", "after"),
     ):
@@ -140,7 +140,7 @@ def test_env_and_offline_relabelling_share_the_success_timing(timing, tmp_path):
     must give each transition the reward and mask the env returned for it.
     """
     env_name = "cube-single-play-singletask-task1-v0"
-    env = ogb.make_ogbench_env(env_name, success_timing=timing)
+    env = ogb.make_env(env_name, success_timing=timing)
     ob, _ = env.reset(seed=0)
     u = env.unwrapped
     goal = u._data.mocap_pos[0].copy()  # task 1: (0.425, -0.1, 0.02)
@@ -217,7 +217,7 @@ def test_episode_monitor_statistics_and_filters():
 
 def test_episode_monitor_on_ogbench_truncation():
     env = EpisodeMonitor(
-        ogb.make_ogbench_env("cube-single-play-singletask-task1-v0", max_episode_steps=4),
+        ogb.make_env("cube-single-play-singletask-task1-v0", max_episode_steps=4),
         filter_regexes=OGBENCH_INFO_FILTERS,
     )
     env.reset(seed=0)
@@ -289,7 +289,7 @@ def test_training_env_relabels_the_data_and_is_then_in_an_eager_builds_state(tmp
     in it (no private env is built) and then resets it from the seed: the rewards are a private env's, and the env is
     in the state an eager build and `reset(seed)` leave (same state, same next steps, same np_random stream)."""
     name = "cube-single-play-singletask-task1-v0"
-    probe = ogb.make_ogbench_env(name)
+    probe = ogb.make_env(name)
     ob, _ = probe.reset(seed=0)
     qpos, qvel = probe.unwrapped._data.qpos.copy(), probe.unwrapped._data.qvel.copy()
     solved = qpos.copy()

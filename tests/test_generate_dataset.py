@@ -343,7 +343,7 @@ def test_loader_matches_ogbench_reference_loader(puzzle_file):
     ours = ogb.load_ogbench_dataset(puzzle_file, PUZZLE_ENV, action_clip_eps=None, success_timing="pre")
     ref = ogbench.utils.load_dataset(puzzle_file, compact_dataset=False, add_info=True)
     env_id = ogb.parse_ogbench_name(PUZZLE_ENV).env_id
-    relabel_dataset(env_id, ogb.make_ogbench_env(PUZZLE_ENV), ref)
+    relabel_dataset(env_id, ogb.make_env(PUZZLE_ENV), ref)
     for k in ours:
         np.testing.assert_array_equal(ours[k], ref[k], err_msg=k)
     assert len(np.unique(ours["rewards"])) > 1  # button rewards are informative (-9..0)
@@ -353,7 +353,7 @@ def test_loader_matches_ogbench_reference_loader(puzzle_file):
     stored = _stored(puzzle_file)
     keep = np.flatnonzero(~stored["terminals"])
     nxt = {"qpos": stored["qpos"][keep + 1], "button_states": stored["button_states"][keep + 1]}
-    relabel_dataset(env_id, ogb.make_ogbench_env(PUZZLE_ENV), nxt)
+    relabel_dataset(env_id, ogb.make_env(PUZZLE_ENV), nxt)
     for k in post:
         np.testing.assert_array_equal(post[k], nxt[k] if k in ("rewards", "masks") else ours[k], err_msg=k)
     np.testing.assert_array_equal(post["rewards"][:-1], ours["rewards"][1:])  # one trajectory: a shift by one
@@ -365,7 +365,7 @@ def test_loader_matches_ogbench_reference_loader(puzzle_file):
 def test_relabelled_rewards_match_what_the_env_reports(env_name, file_fixture, timing, request, tmp_path):
     path = request.getfixturevalue(file_fixture)
     name = ogb.parse_ogbench_name(env_name)
-    env = ogb.make_ogbench_env(env_name, success_timing=timing)
+    env = ogb.make_env(env_name, success_timing=timing)
     env.reset(seed=0)
     u = env.unwrapped
     # Put every third row in the task's goal state, so success states are compared too.

@@ -57,8 +57,9 @@ def test_oraclerep_names_of_every_goal_domain(domain):
     assert parsed == OGBenchName(domain, dataset_type, oraclerep=True)
     assert parsed.env_name == name and parsed.dataset_name == f"{domain}-{dataset_type}-v0"
     assert parsed.env_id == f"{domain}-v0" and gymnasium.spec(parsed.env_id) is not None
-    assert ogb.is_oraclerep_env(name) and envs.parse(name).goal_conditioned
-    assert not ogb.is_ogbench_env(name)  # single-task code paths stay single-task
+    assert ogb.training_name(name, goal_conditioned=True) == parsed and envs.parse(name).goal_conditioned
+    with pytest.raises(ValueError, match="single-task env name"):  # single-task code paths stay single-task
+        ogb.training_name(name, goal_conditioned=False)
     assert parsed.expert_data == (domain == "humanoidmaze-giant")
     assert parsed.has_button_states == (domain == "scene" or domain.startswith("puzzle"))
 
@@ -70,11 +71,13 @@ def test_names_that_are_refused():
     ]:
         with pytest.raises(ValueError, match=message):
             parse_ogbench_name(bad)
-    assert not ogb.is_oraclerep_env("humanoidmaze-giant-play-oraclerep-v0")
+    with pytest.raises(ValueError, match="humanoidmaze-giant datasets are of type navigate"):
+        ogb.training_name("humanoidmaze-giant-play-oraclerep-v0", goal_conditioned=True)
     assert parse_ogbench_name("antmaze-large-navigate-oraclerep-v0") is None
-    assert not ogb.is_ogbench_env("puzzle-4x5-play-singletask-v0")  # not a tested single-task domain
+    with pytest.raises(ValueError, match="Not a supported OGBench single-task env name"):  # not a tested domain
+        ogb.training_name("puzzle-4x5-play-singletask-v0", goal_conditioned=False)
     with pytest.raises(ValueError, match="Not a supported OGBench goal-conditioned env name"):
-        ogb.make_oraclerep_env("cube-double-play-singletask-task2-v0")
+        ogb.load_oraclerep_dataset("unused.npz", "cube-double-play-singletask-task2-v0")
     assert any("oraclerep" in p for p in envs.patterns())
 
 
@@ -114,7 +117,7 @@ def test_humanoidmaze_resets_depend_on_the_seed_only():
     np.testing.assert_array_equal(a[0], b[0])
     np.testing.assert_array_equal(a[1]["goal"], b[1]["goal"])
     assert a[1]["goal"].shape == (2,) and not np.array_equal(a[1]["goal"], c[1]["goal"])
-    raw = ogb.make_oraclerep_env("humanoidmaze-giant-navigate-oraclerep-v0")
+    raw = ogb.make_env("humanoidmaze-giant-navigate-oraclerep-v0")
     np.random.seed(2)
     d = raw.reset(seed=5, options=dict(task_id=2))  # without the wrapper: the global state decides
     assert not np.array_equal(a[1]["goal"], d[1]["goal"])
@@ -128,7 +131,7 @@ def test_goal_metadata(timing):
     assert meta["success_timing"] == timing and meta["reward_timing"] == f"{timing}-step"
     assert meta["goal_conditioned"] is True and meta["task_id"] is None and meta["dataset_success_timing"] is None
     assert meta["task_names"] == list(ogb.task_names(GOAL_ENV))
-    assert ogb.make_oraclerep_env(GOAL_ENV, timing).unwrapped._success_timing == timing
+    assert ogb.make_env(GOAL_ENV, timing).unwrapped._success_timing == timing
 
 
 # ---------------------------------------------------------------- data

@@ -228,10 +228,10 @@ def test_bad_group_flags(monkeypatch, argv, message):
 def test_collector_state_mid_episode_replays_exactly():
     """A state taken in the middle of an episode and of a chunk continues with identical transitions."""
     from envs.common import EpisodeMonitor
-    from envs.ogbench import make_ogbench_env
+    from envs.ogbench import make_env
 
     def make():
-        env = EpisodeMonitor(make_ogbench_env("cube-single-play-singletask-task1-v0"))
+        env = EpisodeMonitor(make_env("cube-single-play-singletask-task1-v0"))
         env.reset(seed=11)
         return env
 
