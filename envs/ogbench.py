@@ -208,15 +208,17 @@ def parse_ogbench_name(name: str) -> OGBenchName | None:
 
 def training_name(env_name: str, goal_conditioned: bool | None = None) -> OGBenchName:
     """The parts of a training env name: single-task (`goal_conditioned=False`), goal-conditioned
-    (`<domain>-<type>-oraclerep-v0`, True) or either (None). `ValueError` listing the supported names for any
-    other name (a dataset name, another domain, a type the domain does not have)."""
+    (`<domain>-<type>-oraclerep-v0`, True) or either (None). Any other name (a dataset name, another domain, a type
+    the domain does not have): `ValueError` 'Not a supported OGBench single-task env name' (goal-conditioned when
+    `goal_conditioned`) with the supported names."""
     single = goal_conditioned is not True and _ENV_RE.match(env_name) is not None
     goal = goal_conditioned is not False and _ORACLEREP_RE.match(env_name) is not None
     parsed = parse_ogbench_name(env_name) if single or goal else None
     if parsed is None:
-        kind = "goal-conditioned " if goal_conditioned else "single-task " if goal_conditioned is False else ""
-        supported = SUPPORTED_PATTERNS[2:] if goal_conditioned else SUPPORTED_PATTERNS
-        raise ValueError(f"Not a supported OGBench {kind}env name: {env_name!r}. Supported: " + "; ".join(supported))
+        kind, supported = (
+            ("goal-conditioned", SUPPORTED_PATTERNS[2:]) if goal_conditioned else ("single-task", SUPPORTED_PATTERNS)
+        )
+        raise ValueError(f"Not a supported OGBench {kind} env name: {env_name!r}. Supported: " + "; ".join(supported))
     return parsed
 
 
