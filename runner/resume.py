@@ -38,19 +38,6 @@ def state_dirs(run_dir: str) -> List[str]:
     return [os.path.join(root, n) for n in names if os.path.isfile(os.path.join(root, n, "COMPLETE"))]
 
 
-def latest_state(run_dir: str) -> Optional[str]:
-    """The newest complete and readable state directory of `run_dir`, or None."""
-    for path in reversed(state_dirs(run_dir)):
-        try:
-            with open(os.path.join(path, "state.json")) as f:
-                meta = json.load(f)
-            if meta.get("format_version") == FORMAT_VERSION:
-                return path
-        except (OSError, ValueError):
-            continue  # damaged: the previous complete one is used
-    return None
-
-
 def state_steps(run_dir: str) -> List[int]:
     """Global steps of the complete states of `run_dir`, oldest first."""
     return [int(os.path.basename(p)[len("step_") :]) for p in state_dirs(run_dir)]

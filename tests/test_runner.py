@@ -309,16 +309,22 @@ def test_run_name_must_be_a_plain_name(monkeypatch, capsys, name):
 
 def test_damaged_newest_state_falls_back_to_the_previous_one(tmp_path):
     agent = {"w": np.arange(3.0)}
-    first = resume.write_state(str(tmp_path), {"global_step": 3, "phase": "offline"}, agent, keep=3)
-    second = resume.write_state(str(tmp_path), {"global_step": 6, "phase": "offline"}, agent, keep=3)
-    assert resume.latest_state(str(tmp_path)) == second
+    meta = {"phase": "offline", "step_in_phase": 1, "dataset_rng": {}, "csv_rows": {}}
+    first = resume.write_state(str(tmp_path), {**meta, "global_step": 3}, agent, keep=3)
+    second = resume.write_state(str(tmp_path), {**meta, "global_step": 6}, agent, keep=3)
+
+    def latest():
+        state = resume.read_latest_usable_state(str(tmp_path), {"w": np.zeros(3)}, None)
+        return state and state["path"]
+
+    assert latest() == second
     with open(os.path.join(second, "state.json"), "w") as f:
         f.write('{"global_step": 6, "pha')  # truncated
-    assert resume.latest_state(str(tmp_path)) == first
+    assert latest() == first
     os.makedirs(os.path.join(tmp_path, "state", "step_000000000009"))  # a state without COMPLETE
-    assert resume.latest_state(str(tmp_path)) == first
+    assert latest() == first
     for step in (12, 15, 18):
-        resume.write_state(str(tmp_path), {"global_step": step, "phase": "offline"}, agent, keep=2)
+        resume.write_state(str(tmp_path), {**meta, "global_step": step}, agent, keep=2)
     kept = [os.path.basename(p) for p in resume.state_dirs(str(tmp_path))]
     assert kept == ["step_000000000015", "step_000000000018"]
 
@@ -353,7 +359,7 @@ def test_a_second_signal_while_writing_does_not_corrupt_the_state(tmp_path, monk
         monkeypatch.setattr(resume.np, "save", save_then_signal)
         path = resume.write_state(str(tmp_path), {"global_step": 5, "phase": "online"}, {"w": np.ones(2)}, buffer)
         assert flag.raised and flag.signum == signal.SIGUSR1
-        assert resume.latest_state(str(tmp_path)) == path
+        assert resume.state_dirs(str(tmp_path))[-1] == path
         restored = resume.read_state(path, {"w": np.zeros(2)})
         np.testing.assert_array_equal(restored["buffer_arrays"]["observations"], buffer["observations"])
         assert restored["buffer"] == {"pointer": 10, "size": 10, "max_size": 20, "rows": 10}
