@@ -76,6 +76,8 @@ def test_sigkill_then_resume_is_exact(tmp_path, dataset_path, reference_runs, sc
     run_dir, _ = _run(script, str(tmp_path), "r", dataset_path, *extra, fault=f"kill@{kill_at}",
                       expect=-9)  # fmt: skip
     assert resume.state_dirs(run_dir) and not os.path.exists(os.path.join(run_dir, "DONE.json"))
+    with open(os.path.join(resume.state_dirs(run_dir)[-1], "state.json")) as f:
+        assert json.load(f)["format_version"] == resume.FORMAT_VERSION
     _, resumed = _run(script, str(tmp_path), "r", dataset_path, *extra, "--resume", compiles=True)
     final = 456 if script == "main.py" else 450
     name = "main" if script == "main.py" else "online"
@@ -96,6 +98,7 @@ def test_a_signal_writes_state_mid_episode_then_resumes(tmp_path, dataset_path, 
     assert "DISPLAY" not in log and "precision lowered" not in log
     with open(os.path.join(resume.state_dirs(run_dir)[-1], "state.json")) as f:
         meta = json.load(f)
+    assert meta["format_version"] == resume.FORMAT_VERSION
     # The state is written at the signal's step, in the middle of an episode (200 steps) and of a chunk (h = 3):
     # the episode's actions are saved and replayed on resume, the rest of the chunk is kept.
     assert (meta["phase"], meta["step_in_phase"]) == ("online", 121)

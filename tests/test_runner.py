@@ -361,6 +361,7 @@ def test_a_second_signal_while_writing_does_not_corrupt_the_state(tmp_path, monk
         assert flag.raised and flag.signum == signal.SIGUSR1
         assert resume.state_dirs(str(tmp_path))[-1] == path
         restored = resume.read_state(path, {"w": np.zeros(2)})
+        assert restored["format_version"] == resume.FORMAT_VERSION
         np.testing.assert_array_equal(restored["buffer_arrays"]["observations"], buffer["observations"])
         assert restored["buffer"] == {"pointer": 10, "size": 10, "max_size": 20, "rows": 10}
     finally:
