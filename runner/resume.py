@@ -24,7 +24,7 @@ from log_utils import WANDB_PREFIXES
 from utils.files import atomic_write, naming
 from utils.flax_utils import restore_agent, save_agent
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # of the run-state folder; a reader refuses any other (`StateFormatError`)
 EXIT_PREEMPTED = 3  # the driver wrote its state and stopped on a signal: rerun with --resume to continue
 PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
@@ -102,10 +102,24 @@ def write_state(run_dir: str, meta: Dict, agent, buffer=None, keep: Optional[int
     return final
 
 
+class StateFormatError(ValueError):
+    """A run state written in another format than `FORMAT_VERSION`: not damaged, but not this code's to read."""
+
+
 def read_state(path: str, agent_template) -> Dict:
-    """`state.json` of `path` plus `agent` (restored into `agent_template`) and, if saved, `buffer_arrays`."""
+    """`state.json` of `path` plus `agent` (restored into `agent_template`) and, if saved, `buffer_arrays`.
+
+    Raises `StateFormatError` when `state.json` names another `format_version` than this code writes.
+    """
     with open(os.path.join(path, "state.json")) as f:
         meta = json.load(f)
+    version = meta.get("format_version", FORMAT_VERSION) if isinstance(meta, dict) else FORMAT_VERSION
+    if version != FORMAT_VERSION:
+        raise StateFormatError(
+            f"--resume: the run state {path} is in format {version!r}, and this code reads format {FORMAT_VERSION}: "
+            "it was written by another version of qc. Resume with the commit that wrote it (flags.json's "
+            "made_by names it), or start a new run. Nothing was changed."
+        )
     meta["agent"] = restore_agent(agent_template, os.path.join(path, "agent.msgpack"))
     if "buffer" in meta:
         folder, info = os.path.join(path, "buffer"), meta["buffer"]
@@ -123,7 +137,7 @@ def read_state(path: str, agent_template) -> Dict:
     return meta
 
 
-REQUIRED_KEYS = ("global_step", "phase", "step_in_phase", "dataset_rng", "csv_rows")
+REQUIRED_KEYS = ("format_version", "global_step", "phase", "step_in_phase", "dataset_rng", "csv_rows")
 
 
 def _read_usable(path: str, agent_template, dataset) -> Optional[Dict]:
@@ -141,6 +155,8 @@ def _read_usable(path: str, agent_template, dataset) -> Optional[Dict]:
                 raise ValueError(f"buffer fields {sorted(arrays)} are not the dataset's {sorted(dataset.keys())}")
             if any(len(a) != meta["buffer"]["max_size"] for a in arrays.values()):
                 raise ValueError("buffer arrays do not have max_size rows")
+    except StateFormatError:
+        raise  # not damage: falling back to an older state would hide it
     except Exception as e:  # noqa: BLE001 - any damage: the caller falls back to the previous state
         logging.warning("Skipping damaged run state %s (%s: %s).", path, type(e).__name__, e)
         return None
@@ -152,7 +168,8 @@ def read_latest_usable_state(run_dir: str, agent_template, dataset) -> Optional[
     """The newest state of `run_dir` that reads back whole (`read_state` plus `path`), or None.
 
     A state that is damaged although marked complete (a missing or truncated file, missing keys, buffer
-    fields that are not the dataset's) is skipped with a warning, and the one before it is used.
+    fields that are not the dataset's) is skipped with a warning, and the one before it is used. A state in
+    another format raises `StateFormatError` (`read_state`).
     """
     for path in reversed(state_dirs(run_dir)):
         meta = _read_usable(path, agent_template, dataset)

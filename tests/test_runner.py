@@ -618,6 +618,25 @@ def test_a_run_whose_every_state_is_damaged_is_refused_not_started_over(tmp_path
     assert resume.group_resume_states(configs, templates, datasets) == [None, None]
 
 
+@pytest.mark.parametrize("seeds", [1, 2])
+def test_a_state_in_another_format_is_refused_not_skipped(tmp_path, seeds):
+    configs, templates, datasets = _seed_states(tmp_path, [[3, 6]] * seeds)
+    newest = resume.state_path(resume.run_dir_of(configs[-1]), 6)
+    with open(os.path.join(newest, "state.json")) as f:
+        meta = json.load(f)
+    assert meta["format_version"] == resume.FORMAT_VERSION == 1
+    with open(os.path.join(newest, "state.json"), "w") as f:
+        json.dump({**meta, "format_version": 2}, f)  # written by a later qc: the older state 3 must not be used
+    with pytest.raises(resume.StateFormatError, match=r"step_000000000006 is in format 2, and this code reads format"):
+        resume.group_resume_states(configs, templates, datasets)
+    assert [resume.state_steps(resume.run_dir_of(c)) for c in configs] == [[3, 6]] * seeds  # nothing deleted
+    # A state.json without the key was not written by any qc: damaged, so the state before it is used.
+    del meta["format_version"]
+    with open(os.path.join(newest, "state.json"), "w") as f:
+        json.dump(meta, f)
+    assert [m["global_step"] for m in resume.group_resume_states(configs, templates, datasets)] == [3] * seeds
+
+
 @pytest.mark.parametrize("added", [0, 7, 25])  # none, some, and past a wrap of the 20-row buffer
 def test_a_state_holds_the_buffers_rows_not_its_capacity(tmp_path, added):
     from utils.datasets import ReplayBuffer
