@@ -25,8 +25,10 @@ OB_DIM, ACTION_DIM, BATCH = 6, 2, 8
 
 def make_config(**overrides):
     config = get_config()
-    config.actor_hidden_dims = (32, 32)
-    config.value_hidden_dims = (32, 32)
+    # 48 wide: XLA's CPU compiler (jaxlib 0.6.0) takes minutes on the update of 32-wide MLPs and seconds on
+    # 16, 48 or 256 (docs/benchmarks.md section 9).
+    config.actor_hidden_dims = (48, 48)
+    config.value_hidden_dims = (48, 48)
     config.actor_num_samples = 6
     config.flow_steps = 3
     config.horizon_length = 5

@@ -17,8 +17,10 @@ GAMMA = 0.99
 def make_config(h=3, **overrides):
     config = get_config()
     config.horizon_length = h
-    config.actor_hidden_dims = (32, 32)
-    config.value_hidden_dims = (32, 32)
+    # 48 wide: XLA's CPU compiler (jaxlib 0.6.0) takes minutes on the update of 32-wide MLPs and seconds on
+    # 16, 48 or 256 (docs/benchmarks.md section 9).
+    config.actor_hidden_dims = (48, 48)
+    config.value_hidden_dims = (48, 48)
     config.num_qs = 3
     for key, value in overrides.items():
         config[key] = value
