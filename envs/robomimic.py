@@ -235,65 +235,66 @@ def check_dataset_file(path: str, env_name: str) -> dict:
     `ValueError` naming the file, the finding and how to get the right file for an unreadable or truncated
     file, another task's `env_args`, a robosuite version other than 1.5, a demo count other than
     `OFFICIAL_NUM_DEMOS`, or a `total` that disagrees with the demos."""
-    task, dataset_type = parse_robomimic_name(env_name)
     if not os.path.isfile(path):
         raise _missing_file_error(path, env_name)
+    with _open_data(path, env_name) as f:
+        return _check_data(f["data"], path, env_name)[0]
+
+
+def _check_data(data, path: str, env_name: str) -> tuple[dict, dict]:
+    """`(check_dataset_file's findings, the env metadata)` of the open `data` group of `path`."""
+    task, dataset_type = parse_robomimic_name(env_name)
     fix = (
         f"Use robomimic's v1.5 file {download_url(env_name)} (python -m envs.download_datasets --env_names={env_name})."
     )
-    with _open_data(path, env_name) as f:
-        data = f["data"]
-        meta = _read_env_meta(data, path)
-        expected_env = ROBOSUITE_ENV_NAMES[task]
-        if meta["env_name"] != expected_env:
-            raise ValueError(
-                f"robomimic file {path} holds {meta['env_name']!r} demos, but {env_name} needs {expected_env!r}: "
-                f"a file of another task. {fix}"
-            )
-        version = meta.get("env_version")
-        if version is None or str(version).split(".")[:2] != DATASET_ROBOSUITE_VERSION.split("."):
-            raise ValueError(
-                f"robomimic file {path} was recorded with robosuite {version} (env_args['env_version']), not "
-                f"{DATASET_ROBOSUITE_VERSION}.x: not the v1.5 release ({DATASET_FILE}). {fix}"
-            )
-        demos = _sorted_demos(data, path)
-        expected = OFFICIAL_NUM_DEMOS.get((task, dataset_type))
-        if expected is not None and len(demos) != expected:
-            raise ValueError(
-                f"robomimic file {path} holds {len(demos)} demos; robomimic's v1.5 {dataset_type.upper()} file of "
-                f"{task!r} has {expected}. It is another dataset type or a filtered/partial copy. {fix}"
-            )
-        try:
-            lengths = {demo: data[demo]["actions"].shape[0] for demo in demos if "actions" in data[demo]}
-            stored = {demo: data[demo].attrs.get("num_samples") for demo in demos}
-            total = data.attrs.get("total")
-        except (OSError, KeyError) as e:
-            raise ValueError(f"robomimic file {path} is damaged: reading its demo metadata failed ({e}). {fix}") from e
-        wrong = [d for d, n in stored.items() if n is not None and d in lengths and int(n) != lengths[d]]
-        if wrong:
-            raise ValueError(
-                f"robomimic file {path}: {wrong[0]} stores num_samples={stored[wrong[0]]} but has "
-                f"{lengths[wrong[0]]} actions ({len(wrong)} such demo(s)); the file is damaged. {fix}"
-            )
-        num_samples = int(sum(lengths.values()))
-        if total is not None and int(total) != num_samples:
-            raise ValueError(
-                f"robomimic file {path}: data.attrs['total'] = {int(total)} but its demos hold {num_samples} "
-                f"samples; the file is damaged or was edited. {fix}"
-            )
-    return {
-        "robosuite_env": meta["env_name"],
-        "env_version": str(version),
-        "num_demos": len(demos),
-        "num_samples": num_samples,
-    }
+    meta = _read_env_meta(data, path)
+    expected_env = ROBOSUITE_ENV_NAMES[task]
+    if meta["env_name"] != expected_env:
+        raise ValueError(
+            f"robomimic file {path} holds {meta['env_name']!r} demos, but {env_name} needs {expected_env!r}: "
+            f"a file of another task. {fix}"
+        )
+    version = meta.get("env_version")
+    if version is None or str(version).split(".")[:2] != DATASET_ROBOSUITE_VERSION.split("."):
+        raise ValueError(
+            f"robomimic file {path} was recorded with robosuite {version} (env_args['env_version']), not "
+            f"{DATASET_ROBOSUITE_VERSION}.x: not the v1.5 release ({DATASET_FILE}). {fix}"
+        )
+    demos = _sorted_demos(data, path)
+    expected = OFFICIAL_NUM_DEMOS.get((task, dataset_type))
+    if expected is not None and len(demos) != expected:
+        raise ValueError(
+            f"robomimic file {path} holds {len(demos)} demos; robomimic's v1.5 {dataset_type.upper()} file of "
+            f"{task!r} has {expected}. It is another dataset type or a filtered/partial copy. {fix}"
+        )
+    try:
+        lengths = {demo: data[demo]["actions"].shape[0] for demo in demos if "actions" in data[demo]}
+        stored = {demo: data[demo].attrs.get("num_samples") for demo in demos}
+        total = data.attrs.get("total")
+    except (OSError, KeyError) as e:
+        raise ValueError(f"robomimic file {path} is damaged: reading its demo metadata failed ({e}). {fix}") from e
+    wrong = [d for d, n in stored.items() if n is not None and d in lengths and int(n) != lengths[d]]
+    if wrong:
+        raise ValueError(
+            f"robomimic file {path}: {wrong[0]} stores num_samples={stored[wrong[0]]} but has "
+            f"{lengths[wrong[0]]} actions ({len(wrong)} such demo(s)); the file is damaged. {fix}"
+        )
+    num_samples = int(sum(lengths.values()))
+    if total is not None and int(total) != num_samples:
+        raise ValueError(
+            f"robomimic file {path}: data.attrs['total'] = {int(total)} but its demos hold {num_samples} "
+            f"samples; the file is damaged or was edited. {fix}"
+        )
+    facts = {"robosuite_env": meta["env_name"], "env_version": str(version), "num_demos": len(demos)}
+    return {**facts, "num_samples": num_samples}, meta
 
 
-def dataset_provenance(path: str, env_name: str, compute_hash: bool = True) -> dict:
+def dataset_provenance(path: str, env_name: str, compute_hash: bool = True, facts: dict | None = None) -> dict:
     """The provenance record of a robomimic file (`envs.provenance`): source 'official' (robomimic's release).
 
-    Adds `check_dataset_file`'s findings; `verified` is True when `download_manifest.json` next to the file
-    (written by `envs.download_datasets`) records the same sha256, else None (no record) or False (differs).
+    Adds `check_dataset_file`'s findings (`facts`, when the caller has them already); `verified` is True when
+    `download_manifest.json` next to the file (written by `envs.download_datasets`) records the same sha256, else
+    None (no record) or False (differs).
     """
     record = provenance.file_record(path, "train", compute_hash)
     record["source"] = "official"
@@ -307,7 +308,7 @@ def dataset_provenance(path: str, env_name: str, compute_hash: bool = True) -> d
     }[verified]
     if entry is not None:
         record["url"] = entry.get("url")
-    record.update(check_dataset_file(record["path"], env_name))
+    record.update(facts or check_dataset_file(record["path"], env_name))
     return record
 
 
@@ -340,30 +341,34 @@ def load_robomimic_dataset(path: str, action_clip_eps: float | None = 1e-5) -> d
     for an unreadable file, no demos, or a demo with a missing key, lengths that disagree, or NaN/inf."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"robomimic dataset file not found: {path}")
-    parts = {k: [] for k in ("observations", "actions", "rewards", "dones", "next_observations")}
     with _open_data(path) as f:
-        data = f["data"]
-        for demo in _sorted_demos(data, path):
-            group = data[demo]
-            needed = ["actions", "rewards", "dones"] + [f"{o}/{k}" for o in ("obs", "next_obs") for k in OBS_KEYS]
-            missing = [k for k in needed if k not in group]
-            if missing:
-                raise ValueError(f"robomimic file {path}: {demo} lacks {missing}.")
-            try:
-                arrays = _read_demo(group)
-            except OSError as e:  # h5py's error for data past the end of a truncated file, or a bad chunk
-                raise ValueError(
-                    f"robomimic file {path}: reading {demo} failed ({e}); the file is truncated or damaged. "
-                    f"{_get_again(None)}"
-                ) from e
-            lengths = {k: len(v) for k, v in arrays.items()}
-            if len(set(lengths.values())) != 1 or lengths["actions"] == 0:
-                raise ValueError(f"robomimic file {path}: {demo} has mismatched or zero lengths {lengths}.")
-            bad = [k for k, v in arrays.items() if not np.isfinite(v).all()]
-            if bad:
-                raise ValueError(f"robomimic file {path}: {demo} has NaN/inf in {bad}.")
-            for k, v in arrays.items():
-                parts[k].append(v)
+        return _read_demos(f["data"], path, action_clip_eps)
+
+
+def _read_demos(data, path: str, action_clip_eps: float | None) -> dict[str, np.ndarray]:
+    """`load_robomimic_dataset` of the open `data` group of `path`."""
+    parts = {k: [] for k in ("observations", "actions", "rewards", "dones", "next_observations")}
+    for demo in _sorted_demos(data, path):
+        group = data[demo]
+        needed = ["actions", "rewards", "dones"] + [f"{o}/{k}" for o in ("obs", "next_obs") for k in OBS_KEYS]
+        missing = [k for k in needed if k not in group]
+        if missing:
+            raise ValueError(f"robomimic file {path}: {demo} lacks {missing}.")
+        try:
+            arrays = _read_demo(group)
+        except OSError as e:  # h5py's error for data past the end of a truncated file, or a bad chunk
+            raise ValueError(
+                f"robomimic file {path}: reading {demo} failed ({e}); the file is truncated or damaged. "
+                f"{_get_again(None)}"
+            ) from e
+        lengths = {k: len(v) for k, v in arrays.items()}
+        if len(set(lengths.values())) != 1 or lengths["actions"] == 0:
+            raise ValueError(f"robomimic file {path}: {demo} has mismatched or zero lengths {lengths}.")
+        bad = [k for k, v in arrays.items() if not np.isfinite(v).all()]
+        if bad:
+            raise ValueError(f"robomimic file {path}: {demo} has NaN/inf in {bad}.")
+        for k, v in arrays.items():
+            parts[k].append(v)
 
     dones = np.concatenate(parts.pop("dones"))
     terminals = dones.copy()
@@ -556,10 +561,11 @@ def load(name: EnvName, options: DataOptions) -> EnvAndDatasets:
     online (then `--sparse`, if asked). `ValueError` for a bad file or one that does not fit the env;
     `FileNotFoundError` (where to get it); `ImportError` (how to install the simulator extra)."""
     path = resolve_dataset_path(name.name, options.dataset_path, options.dataset_dir)
-    record = dataset_provenance(path, name.name, options.hash_datasets)  # checks the file (check_dataset_file)
-    env_meta = load_env_meta(path)
-    train = cut_and_sparsify(load_robomimic_dataset(path, options.action_clip_eps), options.dataset_proportion,
-                             options.sparse)  # fmt: skip
+    with _open_data(path, name.name) as f:  # opened once: checked (check_dataset_file), then read
+        facts, env_meta = _check_data(f["data"], path, name.name)
+        train = _read_demos(f["data"], path, options.action_clip_eps)
+    record = dataset_provenance(path, name.name, options.hash_datasets, facts)
+    train = cut_and_sparsify(train, options.dataset_proportion, options.sparse)
     envs = _envs(name, env_meta, options.seed, build_eval_env=True)
     for field, space in (("actions", envs["env"].action_space), ("observations", envs["env"].observation_space)):
         if space.shape[-1] != train[field].shape[-1]:

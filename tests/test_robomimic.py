@@ -429,7 +429,12 @@ def test_the_family_load_with_a_stand_in_env(lift_file, small_lift_mh, tmp_path,
         return ru.RobomimicLowDimEnv(FakeRobosuiteEnv(success_at=2), ru.episode_cap(env_name), seed=seed)
 
     monkeypatch.setattr(ru, "make_robomimic_env", fake_make)
+    opened = []
+    real_file = h5py.File
+    monkeypatch.setattr(h5py, "File", lambda path, *a, **k: opened.append(path) or real_file(path, *a, **k))
     out = envs.make_env_and_datasets("lift-mh-low_dim", dataset_dir=str(tmp_path), seed=3)
+    assert len(opened) == 1  # checked, its env metadata and demos read, from one opening of the file
+    monkeypatch.setattr(h5py, "File", real_file)
     assert isinstance(out.env, EpisodeMonitor) and isinstance(out.eval_env, EpisodeMonitor)
     assert [m[:2] for m in made] == [("lift-mh-low_dim", "Lift")] * 2 and made[0][2] != made[1][2]
     assert out.val_dataset is None and out.next_shard is None
