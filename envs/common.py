@@ -259,26 +259,28 @@ def check_shards(paths: list[str]) -> None:
                 )
 
 
-def read_npz(path: str, keys: tuple, matrix_keys: tuple, finite_keys: tuple, regenerate: str) -> dict[str, np.ndarray]:
+def read_npz(
+    path: str, keys: tuple, matrix_keys: tuple, finite_keys: tuple, regenerate: Callable[[], str]
+) -> dict[str, np.ndarray]:
     """The arrays `keys` of the npz file of trajectories at `path`, checked: one row per step in every array,
     `matrix_keys` 2-D `(rows, dim)`, at least 2 rows, `finite_keys` without NaN/inf, `terminals` 0/1 and 1 on the
-    last row. `ValueError` naming the file and the finding, with `regenerate` (how to get a good file) where
-    the file itself is bad; never unpickles."""
+    last row. `ValueError` naming the file and the finding, with `regenerate()` (how to get a good file,
+    written only then) where the file itself is bad; never unpickles."""
     if not looks_like_npz(path):  # numpy would try it as a pickle, and advise allow_pickle
-        raise ValueError(f"Dataset file {path} is not an npz archive (its bytes are not a zip file's). {regenerate}")
+        raise ValueError(f"Dataset file {path} is not an npz archive (its bytes are not a zip file's). {regenerate()}")
     read_errors = (zipfile.BadZipFile, EOFError, OSError, ValueError, zlib.error, KeyError)
     try:
         npz = np.load(path, allow_pickle=False)
     except read_errors as e:
         raise ValueError(
-            f"Dataset file {path} is truncated or corrupt: cannot open it ({type(e).__name__}: {e}). {regenerate}"
+            f"Dataset file {path} is truncated or corrupt: cannot open it ({type(e).__name__}: {e}). {regenerate()}"
         ) from e
     if not isinstance(npz, np.lib.npyio.NpzFile):
-        raise ValueError(f"Dataset file {path} is a single .npy array, not an npz archive. {regenerate}")
+        raise ValueError(f"Dataset file {path} is a single .npy array, not an npz archive. {regenerate()}")
     with npz:
         missing = [k for k in keys if k not in npz.files]
         if missing:
-            raise ValueError(f"Dataset file {path} lacks key(s) {missing} (it has {sorted(npz.files)}). {regenerate}")
+            raise ValueError(f"Dataset file {path} lacks key(s) {missing} (it has {sorted(npz.files)}). {regenerate()}")
         arrays = {}
         for k in keys:
             try:
@@ -286,13 +288,13 @@ def read_npz(path: str, keys: tuple, matrix_keys: tuple, finite_keys: tuple, reg
             except read_errors as e:
                 raise ValueError(
                     f"Dataset file {path} is truncated or corrupt: reading {k!r} failed "
-                    f"({type(e).__name__}: {e}). {regenerate}"
+                    f"({type(e).__name__}: {e}). {regenerate()}"
                 ) from e
 
     n = len(arrays["observations"])
     lengths = {k: (len(v) if v.ndim else None) for k, v in arrays.items()}
     if any(length != n for length in lengths.values()):
-        raise ValueError(f"Dataset file {path} has mismatched lengths {lengths}. {regenerate}")
+        raise ValueError(f"Dataset file {path} has mismatched lengths {lengths}. {regenerate()}")
     for k in matrix_keys:
         if arrays[k].ndim != 2:
             raise ValueError(f"Dataset file {path}: {k!r} must be 2-D (rows, dim), got {arrays[k].shape}.")
@@ -304,7 +306,7 @@ def read_npz(path: str, keys: tuple, matrix_keys: tuple, finite_keys: tuple, reg
             bad = np.flatnonzero(~finite)
             raise ValueError(
                 f"Dataset file {path}: {k!r} has non-finite values (NaN/inf) in {len(bad)} row(s), "
-                f"first at row {bad[0]}. {regenerate}"
+                f"first at row {bad[0]}. {regenerate()}"
             )
     terminals = arrays["terminals"]
     if not np.isin(terminals, (0, 1)).all():
@@ -312,7 +314,7 @@ def read_npz(path: str, keys: tuple, matrix_keys: tuple, finite_keys: tuple, reg
     if not terminals[-1]:
         raise ValueError(
             f"Dataset file {path}: the last row is not a trajectory end (terminals[-1] == 0); "
-            f"the file is incomplete. {regenerate}"
+            f"the file is incomplete. {regenerate()}"
         )
     return arrays
 

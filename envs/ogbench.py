@@ -438,7 +438,10 @@ def read_trajectories(
     """Read and check the stored trajectory arrays of one npz file (see the module docstring; `read_npz`)."""
     if not os.path.isfile(path):
         raise _missing_file_error(path, dataset_name, goal_conditioned)
-    regenerate = f"Delete it and get it again.\n{_ways_to_get(path, dataset_name, goal_conditioned)}"
+
+    def regenerate():
+        return f"Delete it and get it again.\n{_ways_to_get(path, dataset_name, goal_conditioned)}"
+
     keys = TRAJECTORY_KEYS + (("button_states",) if needs_buttons else ())
     return read_npz(path, keys, ("observations", "actions", "qpos", "qvel"), FINITE_KEYS, regenerate)
 
