@@ -110,11 +110,10 @@ def test_a_new_agent_in_one_file_works_with_every_tool(tmp_path, setup_files):
     losses = [float(r["critic/critic_loss"]) for r in csv_rows(os.path.join(run_dir, "offline_agent.csv"))]
     assert losses != [float(r["critic/critic_loss"]) for r in csv_rows(os.path.join(zero, "offline_agent.csv"))]
 
-    # Several seeds in one process, and k steps per dispatch with windows drawn on the device.
-    _run(save, "group", dataset, agent, "--num_seeds=2")
+    # Several seeds in one process, with k steps per dispatch and windows drawn on the device.
+    _run(save, "group", dataset, agent, "--num_seeds=2", "--updates_per_dispatch=5", "--offline_sampler=device")
     for seed in (0, 1):
         assert os.path.isfile(os.path.join(save, "g", f"group_sd{seed}", "DONE.json"))
-    _run(save, "dev", dataset, agent, "--updates_per_dispatch=5", "--offline_sampler=device")
 
     # Killed in the online phase, resumed: equal to the uninterrupted run. The agent's file is part of what a
     # resume checks (its sha256 in flags.json): an edited copy is refused unless accepted, and then recorded.
