@@ -319,7 +319,7 @@ def test_each_seed_of_a_group_matches_its_single_seed_run(tmp_path, dataset_path
     """`--num_seeds=2 --seed_batching=vmap` vs separate runs of seeds 3 and 4: losses of the first 100 steps
     within 1e-4 relative, evaluation success (and returns) equal, and flags.json as a single-seed run's."""
     extra = [*MAIN, "--offline_steps=100", "--online_steps=60"] if script == "main.py" else ["--online_steps=120"]
-    extra += ["--log_interval=1", "--eval_interval=50"]
+    extra += ["--log_interval=1", "--eval_interval=100"]  # evaluations at 100 and at the end
     save = str(tmp_path)
     for seed in (3, 4):
         _run(script, save, f"single{seed}", dataset_path, *extra, f"--seed={seed}")
@@ -327,7 +327,7 @@ def test_each_seed_of_a_group_matches_its_single_seed_run(tmp_path, dataset_path
                      compiles=True)  # fmt: skip
     assert assert_warm_compiles(result.stderr) >= 100  # a log row at every step: nothing compiles after the warm-up
     # Each seed's evaluation line names its seed.
-    assert "step 50: eval success" in result.stderr and "(seed 3)" in result.stderr and "(seed 4)" in result.stderr
+    assert "step 100: eval success" in result.stderr and "(seed 3)" in result.stderr and "(seed 4)" in result.stderr
     group_dir = os.path.join(save, "g")
     for seed in (3, 4):
         single, member = os.path.join(group_dir, f"single{seed}"), os.path.join(group_dir, f"group_sd{seed}")
