@@ -72,11 +72,9 @@ def test_dqc_runs_resumes_groups_and_dispatches(tmp_path, dataset_path):
     assert_same_run(ref, os.path.join(save, "g", "group_sd0"), 40)
     assert_same_run(os.path.join(save, "g", "one"), os.path.join(save, "g", "group_sd1"), 40)
 
-    # k updates per dispatch, windows drawn on the device: the same run for k = 4 and k = 10, killed and resumed.
+    # k updates per dispatch, windows drawn on the device: k = 10, killed and resumed, is the run of k = 4.
     device = ["--offline_sampler=device", "--eval_interval=0"]
     k4, _ = _run(save, "k4", dataset_path, *device, "--updates_per_dispatch=4")
-    k10, _ = _run(save, "k10", dataset_path, *device, "--updates_per_dispatch=10")
-    assert_same_run(k4, k10, 40)
     kcut, _ = _run(save, "kcut", dataset_path, *device, "--updates_per_dispatch=10", fault="kill@offline:25", expect=-9)
     _run(save, "kcut", dataset_path, *device, "--updates_per_dispatch=10", "--resume")
     assert_same_run(k4, kcut, 40)
