@@ -289,10 +289,10 @@ def _check_data(data, path: str, env_name: str) -> tuple[dict, dict]:
     return {**facts, "num_samples": num_samples}, meta
 
 
-def dataset_provenance(path: str, env_name: str, compute_hash: bool = True, facts: dict | None = None) -> dict:
+def dataset_provenance(path: str, facts: dict, compute_hash: bool = True) -> dict:
     """The provenance record of a robomimic file (`envs.provenance`): source 'official' (robomimic's release).
 
-    Adds `check_dataset_file`'s findings (`facts`, when the caller has them already); `verified` is True when
+    Adds `facts`, `check_dataset_file`'s findings on the file; `verified` is True when
     `download_manifest.json` next to the file (written by `envs.download_datasets`) records the same sha256, else
     None (no record) or False (differs).
     """
@@ -308,7 +308,7 @@ def dataset_provenance(path: str, env_name: str, compute_hash: bool = True, fact
     }[verified]
     if entry is not None:
         record["url"] = entry.get("url")
-    record.update(facts or check_dataset_file(record["path"], env_name))
+    record.update(facts)
     return record
 
 
@@ -564,7 +564,7 @@ def load(name: EnvName, options: DataOptions) -> EnvAndDatasets:
     with _open_data(path, name.name) as f:  # opened once: checked (check_dataset_file), then read
         facts, env_meta = _check_data(f["data"], path, name.name)
         train = _read_demos(f["data"], path, options.action_clip_eps)
-    record = dataset_provenance(path, name.name, options.hash_datasets, facts)
+    record = dataset_provenance(path, facts, options.hash_datasets)
     train = cut_and_sparsify(train, options.dataset_proportion, options.sparse)
     envs = _envs(name, env_meta, options.seed, build_eval_env=True)
     for field, space in (("actions", envs["env"].action_space), ("observations", envs["env"].observation_space)):

@@ -450,4 +450,5 @@ def test_robomimic_file_is_checked_before_it_is_put_in_place(tmp_path, server):
     (line,) = dl.download(request, robomimic_dir=str(root), robomimic_url=server.url)
     path = root / "lift" / "mh" / "low_dim_v15.hdf5"
     assert line == f"lift-mh-low_dim: {path}" and sha256(path) == hashlib.sha256(good).hexdigest()
-    assert ru.dataset_provenance(str(path), "lift-mh-low_dim")["verified"] is True
+    facts = ru.check_dataset_file(str(path), "lift-mh-low_dim")
+    assert ru.dataset_provenance(str(path), facts)["verified"] is True
