@@ -8,10 +8,14 @@ What it does:
 1. Data. The domain's `play` dataset (`~/.ogbench/data/<domain>-play-v0.npz`) is used when it is there. Otherwise
    the official file is downloaded (`python -m envs.download_datasets`); where the network does not reach it, the
    local generator makes it at the published size (`python -m envs.generate_dataset`, one worker per CPU core).
-   Each run records which it got (`flags.json` `datasets`: official or generated, sha256).
+   Each run records which it got (`flags.json` `datasets`: official or generated, sha256). `--data_seed=S` (S > 0)
+   asks for another draw of the data: `<domain>-play-v0-drawS.npz`, generated with seed S at the published size
+   beside the others (made once, then reused), read by every run through `--dataset_path`; its sweep is named
+   `..._drawS`, so runs on two draws never share a folder. A draw is the file's sha256, not its seed alone: the
+   same seed writes other bytes on another kind of CPU (docs/datasets.md).
 2. Runs. One `scripts/sweep.py` sweep named `repro_<domain>_off<offline>_on<online>` (e.g.
    `repro_puzzle-3x3_off100k_on0`) over `--grid=method=...`, `--tasks` and `--seeds`, with the paper's evaluation
-   (`--eval_episodes=50`, every `--eval_interval=100000` steps and at the end of each phase) and a run state every
+   (`--eval_episodes=50`, every `--eval_interval` steps, 100000 by default, and at the end of each phase) and a run state every
    `--state_interval` steps. The same command again resumes unfinished runs and skips finished ones. Online-only
    methods (RLPD, RLPD-AC, QC-RLPD) run in a second sweep with `main_online.py` (`--online_steps` environment steps).
 
@@ -72,6 +76,11 @@ def make_parser() -> argparse.ArgumentParser:
     add("--offline_steps", type=sweep.int_at_least(0), default=1_000_000, help="Offline gradient steps (paper: 1M).")
     add("--online_steps", type=sweep.int_at_least(0), default=1_000_000, help="Online env steps (paper: 1M).")
     add("--state_interval", type=sweep.int_at_least(1), default=5000, help="Steps between run states (default: 5000).")
+    add("--eval_interval", type=sweep.int_at_least(1), default=EVAL_INTERVAL,
+        help=f"Steps between evaluations of 50 episodes, and one at each phase's end (paper: {EVAL_INTERVAL}).")  # fmt: skip
+    add("--data_seed", type=sweep.int_at_least(0), default=0,
+        help="The data draw: the generator seed of the domain's file (default 0: <domain>-play-v0.npz, the official "
+        "file where it was downloaded; S > 0: <domain>-play-v0-drawS.npz, generated at the published size).")  # fmt: skip
     add("--sweep_name", default=None, help="Default: repro_<domain>_off<offline>_on<online>.")
     add("--dry_run", action="store_true", help="Say what would be done for the data and print every run's command.")
     add(
@@ -85,24 +94,32 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def dataset_path(domain: str) -> str:
-    """Where the drivers read the domain's `play` dataset: `~/.ogbench/data/<domain>-play-v0.npz`."""
-    return os.path.join(os.path.expanduser("~/.ogbench/data"), f"{domain}-play-v0.npz")
+def dataset_path(domain: str, data_seed: int = 0) -> str:
+    """Where the runs of draw `data_seed` read the domain's `play` dataset: `~/.ogbench/data/<domain>-play-v0.npz`
+    (draw 0, where the drivers look by default), `~/.ogbench/data/<domain>-play-v0-draw<S>.npz` (draw S > 0)."""
+    suffix = "" if data_seed == 0 else f"-draw{data_seed}"
+    return os.path.join(os.path.expanduser("~/.ogbench/data"), f"{domain}-play-v0{suffix}.npz")
 
 
-def ensure_dataset(domain: str, dry_run: bool) -> None:
-    """Put `<domain>-play-v0.npz` in place: download it, or generate it where the host cannot be reached."""
-    name, path = f"{domain}-play-v0", dataset_path(domain)
+def ensure_dataset(domain: str, dry_run: bool, data_seed: int = 0) -> None:
+    """Put draw `data_seed`'s file in place (`dataset_path`). Draw 0: download the official file, or generate it
+    with seed 0 where the host cannot be reached. Draw S > 0: generate it with seed S (no official file is
+    another draw). `InputError` when the generator fails."""
+    name, path = f"{domain}-play-v0", dataset_path(domain, data_seed)
     if os.path.isfile(path):
         print(f"data: {path} is there; runs record its source and sha256", file=sys.stderr)
         return
     download = [sys.executable, "-m", "envs.download_datasets", f"--env_names={name}"]
-    generate = [sys.executable, "-m", "envs.generate_dataset", f"--env_name={name}", "--seed=0"]
+    generate = [sys.executable, "-m", "envs.generate_dataset", f"--env_name={name}", f"--seed={data_seed}"]
+    generate += [f"--save_path={path}"] if data_seed else []
     generate.append(f"--num_workers={os.cpu_count() or 1}")
     if dry_run:
-        print(f"data: would run {' '.join(download[1:])}; without network: {' '.join(generate[1:])}", file=sys.stderr)
+        if data_seed:
+            print(f"data: would run {' '.join(generate[1:])}", file=sys.stderr)
+        else:
+            print(f"data: would run {' '.join(download[1:])}; without network: {' '.join(generate[1:])}", file=sys.stderr)
         return
-    if subprocess.run(download, cwd=ROOT).returncode == 0:
+    if data_seed == 0 and subprocess.run(download, cwd=ROOT).returncode == 0:
         return
     print(f"data: no download; generating {name} at the published size", file=sys.stderr)
     if subprocess.run(generate, cwd=ROOT).returncode != 0:
@@ -125,7 +142,9 @@ def sweep_argvs(args, sweep_options: List[str], run_flags: List[str]) -> List[Li
     """The `scripts/sweep.py` command line(s): one per driver the methods need."""
     by_driver = methods_by_driver(args.methods)
     budget = f"off{steps_text(args.offline_steps)}_on{steps_text(args.online_steps)}"
-    name = args.sweep_name or f"repro_{args.domain}_{budget}"
+    draw = f"_draw{args.data_seed}" if args.data_seed else ""  # draw 0 keeps the name its runs were made under
+    name = args.sweep_name or f"repro_{args.domain}_{budget}{draw}"
+    data = [f"--dataset_path={dataset_path(args.domain, args.data_seed)}"] if args.data_seed else []
     argvs = []
     for driver, names in by_driver.items():
         phase = [f"--offline_steps={args.offline_steps}"] if driver == "main" else []
@@ -135,7 +154,8 @@ def sweep_argvs(args, sweep_options: List[str], run_flags: List[str]) -> List[Li
             + (["--dry_run"] if args.dry_run else [])
             + sweep_options
             + ["--", f"--env_name={args.domain}-play-singletask-v0", *phase, f"--online_steps={args.online_steps}"]
-            + ["--eval_episodes=50", f"--eval_interval={EVAL_INTERVAL}", f"--state_interval={args.state_interval}"]
+            + ["--eval_episodes=50", f"--eval_interval={args.eval_interval}", f"--state_interval={args.state_interval}"]
+            + data
             + run_flags
         )
     return argvs
@@ -188,12 +208,14 @@ def time_update(driver: str, method: str, env_name: str, run_flags: Sequence[str
     return {"steps_per_second": steps / _timed(step, steps), "config": dict(agent.config), "utd": cfg.utd_ratio}
 
 
-def training_hours(rate: float, runs: int, offline_steps: int, online_steps: int, utd: int = 1) -> Dict[str, float]:
+def training_hours(
+    rate: float, runs: int, offline_steps: int, online_steps: int, utd: int = 1, eval_interval: int = EVAL_INTERVAL
+) -> Dict[str, float]:
     """Hours `runs` runs need at `rate` gradient steps/s, one after another (runs in parallel share the cores):
     `{"training", "evaluation"}`. Training: each run's offline steps and `utd` gradient steps per online step
     (the environment steps are not counted: online, a lower bound); evaluation: `EVALUATION_S` per evaluation,
-    every `EVAL_INTERVAL` steps of a phase and at its end."""
-    evaluations = math.ceil(offline_steps / EVAL_INTERVAL) + math.ceil(online_steps / EVAL_INTERVAL)
+    every `eval_interval` steps of a phase and at its end."""
+    evaluations = math.ceil(offline_steps / eval_interval) + math.ceil(online_steps / eval_interval)
     return {
         "training": runs * (offline_steps + utd * online_steps) / rate / 3600,
         "evaluation": runs * evaluations * EVALUATION_S / 3600,
@@ -230,18 +252,18 @@ def check_speed(args, run_flags: List[str]) -> int:
                 f"{config['batch_size']}; {args.speed_steps} updates after 2 warm-up ones, "
                 f"{time.perf_counter() - start:.0f} s with compiling; {machine})"
             )
-            hours = training_hours(rate, runs, offline, args.online_steps, timed["utd"])
+            hours = training_hours(rate, runs, offline, args.online_steps, timed["utd"], args.eval_interval)
             total += hours["training"] + hours["evaluation"]
             online = " (online: gradient steps only, a lower bound)" if args.online_steps else ""
             print(
                 f"time: {runs} run(s) of {offline} offline and {args.online_steps} online steps: training "
                 f"{hours['training']:.2f} h{online}, evaluations {hours['evaluation']:.2f} h"
             )
-    if not os.path.isfile(dataset_path(args.domain)):
+    if not os.path.isfile(dataset_path(args.domain, args.data_seed)):
         data = generation_hours(workers)
         total += data
         print(
-            f"data: {dataset_path(args.domain)} is missing; generating it takes about {data:.2f} h "
+            f"data: {dataset_path(args.domain, args.data_seed)} is missing; generating it takes about {data:.2f} h "
             f"({PUBLISHED_EPISODES} episodes at {GENERATION_EPISODES_PER_S_PER_WORKER:g} episodes/s per worker, "
             f"{workers} workers: the rate of docs/results.md's first row, an idle 2-core CPU)"
         )
@@ -264,7 +286,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.check_speed:
             return check_speed(args, run_flags)
         argvs = sweep_argvs(args, sweep_options, run_flags)
-        ensure_dataset(args.domain, args.dry_run)
+        ensure_dataset(args.domain, args.dry_run, args.data_seed)
     except sweep.InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

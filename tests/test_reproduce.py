@@ -41,6 +41,28 @@ def test_dry_run_gives_the_papers_protocol(tmp_path, monkeypatch, capsys):
     assert "envs.generate_dataset --env_name=puzzle-3x3-play-v0 --seed=0" in err
 
 
+def test_a_second_data_draw_has_its_own_file_sweep_and_evaluations(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    argv = ["--domain=puzzle-3x3", "--tasks=1", "--methods=qc-fql", "--seeds=1", "--offline_steps=100000"]
+    argv += ["--online_steps=0", "--data_seed=3", "--eval_interval=20000", "--dry_run", f"--save_dir={tmp_path}/exp"]
+    assert reproduce.main(argv) == 0
+    out, err = capsys.readouterr()
+    (command,) = _commands(out)
+    path = f"{tmp_path}/.ogbench/data/puzzle-3x3-play-v0-draw3.npz"
+    assert f"--dataset_path={path}" in command
+    assert "--eval_interval=20000" in command and "--eval_interval=100000" not in command
+    assert "--run_group=repro_puzzle-3x3_off100k_on0_draw3" in command
+    # No download for a draw other than 0: the generator with its seed, writing the draw's own file.
+    assert "download" not in err
+    assert f"envs.generate_dataset --env_name=puzzle-3x3-play-v0 --seed=3 --save_path={path}" in err
+    # Draw 0 is today's file and sweep, read where the drivers look by default (no --dataset_path).
+    assert reproduce.dataset_path("puzzle-3x3", 0) == f"{tmp_path}/.ogbench/data/puzzle-3x3-play-v0.npz"
+    assert reproduce.main([a for a in argv if not a.startswith("--data_seed")]) == 0
+    (command,) = _commands(capsys.readouterr().out)
+    assert "--run_group=repro_puzzle-3x3_off100k_on0" in command
+    assert not any(c.startswith("--dataset_path") for c in command)
+
+
 def test_methods_of_both_drivers_make_two_sweeps(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HOME", str(tmp_path))
     argv = ["--domain=scene", "--tasks=1", "--methods=qc,rlpd", "--seeds=0-1", "--dry_run"]
@@ -112,6 +134,9 @@ def test_the_hours_a_row_needs():
     hours = reproduce.training_hours(10.0, 1, 100_000, 150_000, utd=2)
     assert hours["training"] == pytest.approx((100_000 + 300_000) / 10 / 3600)
     assert hours["evaluation"] == pytest.approx(3 * 60 / 3600)
+    # Evaluations every 20k steps of 100k: 5 of them.
+    hours = reproduce.training_hours(10.0, 1, 100_000, 0, eval_interval=20_000)
+    assert hours["evaluation"] == pytest.approx(5 * 60 / 3600)
     # 1100 episodes at 0.5 episodes/s per worker: 1100 s with two workers.
     assert reproduce.generation_hours(2) == pytest.approx(1100 / 3600)
 
