@@ -15,9 +15,10 @@ What it does:
    same seed writes other bytes on another kind of CPU (docs/datasets.md).
 2. Runs. One `scripts/sweep.py` sweep named `repro_<domain>_off<offline>_on<online>` (e.g.
    `repro_puzzle-3x3_off100k_on0`) over `--grid=method=...`, `--tasks` and `--seeds`, with the paper's evaluation
-   (`--eval_episodes=50`, every `--eval_interval` steps, 100000 by default, and at the end of each phase) and a run state every
-   `--state_interval` steps. The same command again resumes unfinished runs and skips finished ones. Online-only
-   methods (RLPD, RLPD-AC, QC-RLPD) run in a second sweep with `main_online.py` (`--online_steps` environment steps).
+   (`--eval_episodes=50`, every `--eval_interval` steps, 100000 by default, and at the end of each phase) and a
+   run state every `--state_interval` steps. The same command again resumes unfinished runs and skips finished
+   ones. Online-only methods (RLPD, RLPD-AC, QC-RLPD) run in a second sweep with `main_online.py`
+   (`--online_steps` environment steps).
 
 `--check_speed` runs nothing: it times the paper-size update of each method on this machine (the method's agent
 and settings for the domain, `--agent.*` overrides after `--` applied; random batches of the run's shapes) and says
@@ -76,11 +77,19 @@ def make_parser() -> argparse.ArgumentParser:
     add("--offline_steps", type=sweep.int_at_least(0), default=1_000_000, help="Offline gradient steps (paper: 1M).")
     add("--online_steps", type=sweep.int_at_least(0), default=1_000_000, help="Online env steps (paper: 1M).")
     add("--state_interval", type=sweep.int_at_least(1), default=5000, help="Steps between run states (default: 5000).")
-    add("--eval_interval", type=sweep.int_at_least(1), default=EVAL_INTERVAL,
-        help=f"Steps between evaluations of 50 episodes, and one at each phase's end (paper: {EVAL_INTERVAL}).")  # fmt: skip
-    add("--data_seed", type=sweep.int_at_least(0), default=0,
-        help="The data draw: the generator seed of the domain's file (default 0: <domain>-play-v0.npz, the official "
-        "file where it was downloaded; S > 0: <domain>-play-v0-drawS.npz, generated at the published size).")  # fmt: skip
+    add(
+        "--eval_interval",
+        type=sweep.int_at_least(1),
+        default=EVAL_INTERVAL,
+        help=f"Steps between evaluations (50 episodes), one more at each phase's end (paper: {EVAL_INTERVAL}).",
+    )
+    add(
+        "--data_seed",
+        type=sweep.int_at_least(0),
+        default=0,
+        help="The data draw: the generator seed of the domain's file (default 0: <domain>-play-v0.npz, or the "
+        "official file where downloaded; S > 0: <domain>-play-v0-drawS.npz, generated at the published size).",
+    )
     add("--sweep_name", default=None, help="Default: repro_<domain>_off<offline>_on<online>.")
     add("--dry_run", action="store_true", help="Say what would be done for the data and print every run's command.")
     add(
@@ -117,7 +126,8 @@ def ensure_dataset(domain: str, dry_run: bool, data_seed: int = 0) -> None:
         if data_seed:
             print(f"data: would run {' '.join(generate[1:])}", file=sys.stderr)
         else:
-            print(f"data: would run {' '.join(download[1:])}; without network: {' '.join(generate[1:])}", file=sys.stderr)
+            print(f"data: would run {' '.join(download[1:])}; without network: {' '.join(generate[1:])}",
+                  file=sys.stderr)  # fmt: skip
         return
     if data_seed == 0 and subprocess.run(download, cwd=ROOT).returncode == 0:
         return
