@@ -27,7 +27,8 @@ published procedure ('play' datasets; see docs/datasets.md, and OGBench's
   or task is stored: loading relabels each transition for the run's task and success timing
   (`envs.ogbench`), so one file serves every task and both timings.
 - `<save_path>` gets `num_episodes` episodes, `<save_path stem>-val.npz` a further 10% (at least 1;
-  training does not need it).
+  training does not need it). For a single-task domain the command ends by saying how often the training file
+  reaches each task's goal (`envs.ogbench.file_goal_counts`; `scripts/goal_counts.py` says it for any file).
 
 Provenance: each file also holds the key `generator_metadata`, a JSON string (0-d unicode array, readable
 with `allow_pickle=False`) with the settings that made it: `generator_version` (`GENERATOR_VERSION`), `seed`,
@@ -100,11 +101,14 @@ import numpy as np
 from envs.common import val_path_for
 from envs.ogbench import (
     DATASET_TYPES,
+    DOMAINS,
     EXPERT_DATASET_TYPES,
     PUBLISHED_NUM_EPISODES,
     OGBenchName,
     default_dataset_path,
     download_command,
+    file_goal_counts,
+    goal_counts_text,
     parse_ogbench_name,
 )
 from envs.provenance import GENERATOR_METADATA_KEY, encode_generator_metadata
@@ -674,6 +678,10 @@ def main(_):
         f"{s['val_path']} ({s['num_val_episodes']} episodes, {s['num_val_rows']} rows) in "
         f"{s['seconds']:.1f} s ({s['num_workers']} worker(s)); {s['num_redrawn']} scene episode(s) redrawn."
     )
+    if name.domain in DOMAINS:  # how often the training file reaches each task's goal (the rows a run relabels)
+        print(f"Goals of {s['train_path']}, relabelled as each task's runs load it:")
+        for task, counts in file_goal_counts(s["train_path"], name.dataset_name).items():
+            print(f"  {goal_counts_text(task, counts)}")
 
 
 def _define_flags():

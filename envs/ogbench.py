@@ -487,6 +487,42 @@ def load_ogbench_dataset(
     return {**dataset, **info} if keep_info else dataset
 
 
+def goal_counts(masks: np.ndarray, terminals: np.ndarray) -> dict[str, int]:
+    """How often loaded rows (`load_ogbench_dataset`'s, `(T,)` each) are in the task's goal state: `{'rows': T,
+    'goal_rows': rows whose relabelled mask is 0, 'goal_entries': rows t not in the goal followed, in the same
+    trajectory (terminals[t] == 0), by a row in it}`. Under the 'pre' timing a row's mask is its own state's
+    success, so `goal_entries` counts the transitions into the goal that the data holds (issue 58: a critic
+    learns a goal from few of them)."""
+    success = np.asarray(masks) == 0
+    same_trajectory = np.asarray(terminals)[:-1] == 0
+    entries = ~success[:-1] & success[1:] & same_trajectory
+    return {"rows": int(success.size), "goal_rows": int(success.sum()), "goal_entries": int(entries.sum())}
+
+
+def goal_counts_text(task: int | None, counts: dict) -> str:
+    """`task 1: goal in 2114 of 999000 rows (0.212%), 64 entries` (`goal_counts`'s; task None: the default)."""
+    share = 100.0 * counts["goal_rows"] / max(counts["rows"], 1)
+    return (
+        f"task {task or 'default'}: goal in {counts['goal_rows']} of {counts['rows']} rows ({share:.3g}%), "
+        f"{counts['goal_entries']} entries"
+    )
+
+
+def file_goal_counts(path: str, dataset_name: str, tasks=range(1, NUM_TASKS + 1)) -> dict[int, dict[str, int]]:
+    """`{task: goal_counts}` of one file of a single-task domain's dataset (`cube-single-play-v0`) for each of
+    `tasks`, relabelled as a run of that task loads it (the 'pre' timing, as the paper's data). `ValueError`
+    for a dataset of no single-task domain, or a file that does not fit it."""
+    parsed = parse_ogbench_name(dataset_name)
+    if parsed is None or parsed.domain not in DOMAINS or parsed.dataset_type not in DATASET_TYPES:
+        raise ValueError(f"{dataset_name!r} is no dataset of a single-task OGBench domain ({', '.join(DOMAINS)})")
+    counts = {}
+    for task in tasks:
+        env_name = OGBenchName(parsed.domain, parsed.dataset_type, task).env_name
+        data = load_ogbench_dataset(path, env_name, action_clip_eps=None, success_timing="pre")
+        counts[task] = goal_counts(data["masks"], data["terminals"])
+    return counts
+
+
 def _transitions(arrays: dict, name: OGBenchName, action_clip_eps: float | None) -> tuple[dict, np.ndarray, dict]:
     """`(dataset, starts, info)`: the stored rows as float32 transitions (`observations`, `next_observations`,
     `actions` clipped to `[-1 + eps, 1 - eps]` (None: as stored), `terminals`), the stored rows they start at, and
@@ -658,7 +694,9 @@ def load(name: EnvName, options: DataOptions) -> EnvAndDatasets:
     def task_env_():
         return env_future.result().unwrapped
 
-    train = cut_and_sparsify(load_file(train_paths[0], env_name, options, task_env_), options.dataset_proportion, False)
+    first = load_file(train_paths[0], env_name, options, task_env_)
+    goal = None if goal_conditioned else goal_counts(first["masks"], first["terminals"])
+    train = cut_and_sparsify(first, options.dataset_proportion, False)
     val_path = existing_val_path(train_paths) if options.load_val else None
     val = None if val_path is None else load_file(val_path, env_name, options, task_env_)
     metadata = run_metadata(env_name, options.success_timing, options.dataset_success_timing, env=task_env_)
@@ -666,6 +704,8 @@ def load(name: EnvName, options: DataOptions) -> EnvAndDatasets:
     env.reset(seed=seeding.env_seed(options.seed, "env"))
     used = [(p, "train") for p in train_paths] + ([] if val is None else [(val_path, "val")])
     datasets = [provenance.npz_provenance(p, role, options.hash_datasets) for p, role in used]
+    if goal is not None:  # how often the (first) training file reaches this task's goal: issue 58
+        datasets[0]["goal"] = {"task": name.task, "success_timing": options.dataset_success_timing, **goal}
     return EnvAndDatasets(
         env=env,
         eval_env_seed=seeding.env_seed(options.seed, "eval_env"),

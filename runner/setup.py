@@ -218,8 +218,13 @@ def _log_data(env_data) -> str:
     how errors name the data."""
     records = [d for d in env_data.metadata.get("datasets", []) if d.get("role", "train") == "train"]
     for d in records[:3]:
-        logging.info("Data: %s (%s, %s bytes, sha256 %s)", d.get("path"), d.get("source"), d.get("size_bytes"),
-                     d.get("sha256"))  # fmt: skip
+        goal = d.get("goal")  # a single-task file's count of the task's goal (envs/ogbench.py `goal_counts`)
+        reached = "" if not isinstance(goal, dict) else (
+            f"; task {goal.get('task') or 'default'}'s goal in {goal.get('goal_rows')} of {goal.get('rows')} rows, "
+            f"{goal.get('goal_entries')} entries into it"
+        )  # fmt: skip
+        logging.info("Data: %s (%s, %s bytes, sha256 %s)%s", d.get("path"), d.get("source"), d.get("size_bytes"),
+                     d.get("sha256"), reached)  # fmt: skip
     if len(records) > 3:
         logging.info("Data: %d more shard(s); every file is recorded in flags.json.", len(records) - 3)
     return f"dataset {records[0]['path']}" if records else "the offline dataset"

@@ -16,6 +16,7 @@ import sys
 
 import pytest
 
+from envs import make_env_and_datasets, ogbench
 from envs.generate_dataset import generate_dataset
 
 pytestmark = pytest.mark.slow
@@ -53,6 +54,8 @@ def _run(script, dataset_path, save_dir, *extra):
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     (run_dir,) = [os.path.join(root, d) for root, dirs, _ in os.walk(save_dir) for d in dirs if "_sd" in d]
+    with open(f"{run_dir}.stderr", "w") as f:  # the run's log, beside its folder
+        f.write(result.stderr)
     return run_dir
 
 
@@ -93,6 +96,17 @@ def test_main_offline_then_online(dataset_path, tmp_path, actor):
     meta = json.load(open(os.path.join(run_dir, "flags.json")))
     assert meta["ogbench_version"] and meta["flags"]["horizon_length"] == 3
     assert meta["task_id"] == 1 and meta["success_timing"] == "post" and meta["dataset_success_timing"] == "pre"
+    # How often the file reaches task 1's goal: the record and the Data: line say the loader's own count.
+    data = make_env_and_datasets("cube-single-play-singletask-task1-v0", dataset_path=dataset_path).train_dataset
+    goal = meta["datasets"][0]["goal"]
+    assert goal == {
+        "task": 1,
+        "success_timing": "pre",
+        "rows": 118,
+        **ogbench.goal_counts(data["masks"], data["terminals"]),
+    }
+    with open(f"{run_dir}.stderr") as f:
+        assert (f"task 1's goal in {goal['goal_rows']} of 118 rows, {goal['goal_entries']} entries into it") in f.read()
     # The agent section is the config the agent was built with, not the unresolved flag config.
     agent = meta["agent"]
     assert agent["horizon_length"] == 3 and agent["action_dim"] == 5 and agent["ob_dims"] == [28]
