@@ -27,7 +27,8 @@ COMMIT = "e9ceebaffc4f36e8b705826f164a32904de98410"
 MADE_BY = {"commit": COMMIT, "uncommitted_changes": False}
 
 
-def write_run(directory, seed, rows, alpha=300.0, offline_steps=200000, online_steps=0, made_by=None):
+def write_run(directory, seed, rows, alpha=300.0, offline_steps=200000, online_steps=0, made_by=None, sha=SHA,
+              data_seed=None):  # fmt: skip
     os.makedirs(directory)
     record = {
         "driver": "main",
@@ -43,7 +44,12 @@ def write_run(directory, seed, rows, alpha=300.0, offline_steps=200000, online_s
         "agent": {**AGENT, "alpha": alpha, "horizon_length": 5, "discount": 0.99, "batch_size": 256},
         "task_id": 2,
         "datasets": [
-            {"role": "train", "source": "generated", "sha256": SHA},
+            {
+                "role": "train",
+                "source": "generated",
+                "sha256": sha,
+                **({} if data_seed is None else {"seed": data_seed}),
+            },
             {"role": "val", "source": "generated", "sha256": "f" * 64},
         ],
     }
@@ -121,7 +127,7 @@ def test_rows_and_every_number(compared):
 def test_markdown_table_and_figure(compared):
     _, out = compared
     table = (out / "compare.md").read_text()
-    assert f"| {TASK} | QC-FQL | 100,000 | 0,1,3 | 50 | 0.500 [" in table
+    assert f"| {TASK} | QC-FQL | 100,000 | 0,1,3 | 1 | 50 | 0.500 [" in table
     assert (
         "| 0.690 [0.225, 0.945] (4) | -0.68 | reproduced | generated 0123456789ab | -; e9ceebaffc4f; e9ceebaffc4f+ |"
         in table
@@ -143,6 +149,46 @@ def test_the_rule_itself():
     assert compare.verdict([0.1], 50, 0.0, 0.0, 0.0, 4)[3] == "above"
     # Without a released interval there is no verdict.
     assert compare.verdict([0.5], 50, 0.5, None, None, 4)[2:] == (None, None)
+
+
+def test_runs_on_two_data_draws_by_hand(tmp_path):
+    # Released 0.69 [0.225, 0.945] over 4 seeds: per-seed variance s^2 = 0.134944 (test_rows_and_every_number).
+    # Draw A: seeds 0.6 and 0.8 (mean 0.7); draw B: one seed, 0.1. Each draw weighs the same: m = 0.4.
+    # Within: s^2/2 = 0.067472 and s^2/1 = 0.134944, their mean 0.101208; the draw means' variance (ddof 1):
+    # 0.3^2 + 0.3^2 = 0.18; tau^2 = 0.18 - 0.101208 = 0.078792; se_m^2 = 0.078792/2 + (0.067472 + 0.134944)/4
+    # = 0.09: se_m = 0.3; z = -0.29 / sqrt(0.09 + 0.183673^2) = -0.824422.
+    m, se_m, se_p, z, said = plotting.compare.pooled_verdict([[0.6, 0.8], [0.1]], 50, 0.69, 0.225, 0.945, 4)
+    assert (m, se_m, se_p, z) == pytest.approx((0.4, 0.3, 0.183673, -0.824422), abs=1e-6)
+    assert said == "reproduced"
+    # The plain mean of the three seeds (0.5) would weigh draw A twice. Draws that agree: tau^2 = 0, only the
+    # seeds' spread remains (se_m^2 = (0.067472 + 0.067472) / 4 = 0.033736).
+    assert plotting.compare.pooled_verdict([[0.6, 0.8], [0.7, 0.7]], 50, 0.69, 0.225, 0.945, 4)[1] == pytest.approx(
+        0.183673, abs=1e-6
+    )
+    # One draw: section 1's numbers.
+    assert plotting.compare.pooled_verdict([[0.6, 0.8]], 50, 0.69, 0.225, 0.945, 4)[1:] == pytest.approx(
+        plotting.compare.verdict([0.6, 0.8], 50, 0.69, 0.225, 0.945, 4)
+    )
+    # Through the table: the row names both draws, each with its own mean and z.
+    paper = tmp_path / "paper"
+    paper.mkdir()
+    header = "task,method,steps_millions,mean,ci_low,ci_high\n"
+    (paper / "ogbench-individual.csv").write_text(header + f"{TASK},QC-FQL,0.1,0.69,0.225,0.945\n")
+    for name in ("ogbench-agg.csv", "robomimic-individual.csv"):
+        (paper / name).write_text(header)
+    write_run(tmp_path / "exp" / "a0", 0, [(100000, 0.6)], data_seed=0)
+    write_run(tmp_path / "exp" / "a1", 1, [(100000, 0.8)], data_seed=0)
+    write_run(tmp_path / "exp" / "b0", 0, [(100000, 0.1)], sha="ab" * 32, data_seed=1)
+    out = tmp_path / "out"
+    assert pc.main([str(tmp_path / "exp"), f"--paper_dir={paper}", f"--out_dir={out}", "--compare", "--reps=50"]) == 0
+    with open(out / "compare.csv") as f:
+        (row,) = list(csv.DictReader(f))
+    assert row["draws"] == "2" and float(row["mean"]) == pytest.approx(0.4) and float(row["se"]) == pytest.approx(0.3)
+    # Draw A's own z: 0.01 / sqrt(0.067472 + 0.033736) = 0.03; draw B's: -0.59 / sqrt(0.134944 + 0.033736) = -1.44.
+    assert row["data"] == (
+        "generated seed 0 0123456789ab: 0.700 (z 0.03); generated seed 1 abababababab: 0.100 (z -1.44)"
+    )
+    assert "| 0,0,1 | 2 | 50 | 0.400 [" in (out / "compare.md").read_text()
 
 
 def test_compare_needs_the_paper(tmp_path, capsys):

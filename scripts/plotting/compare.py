@@ -4,7 +4,9 @@ A row is one (task, paper method, step) where runs at the paper's settings and t
 (`data/paper/`) both have a value. The verdict is the rule written in docs/results.md, section 1, before any
 reproduction run: `z = (m - p) / sqrt(se_m^2 + se_p^2)` with the released standard error read off its 95%
 interval, `se_p = (h - l) / (2 * 1.96)`, and our mean's `se_m = s / sqrt(n)`, where the per-seed spread
-`s^2 = max(n_p * se_p^2, q (1 - q) / E)`, `q = (p E + 1) / (E + 2)`; reproduced when `|z| <= 1.96`.
+`s^2 = max(n_p * se_p^2, q (1 - q) / E)`, `q = (p E + 1) / (E + 2)`; reproduced when `|z| <= 1.96`. Runs on
+several data draws (training files of other sha256) are pooled by section 1a's rule (`pooled_verdict`): each draw
+weighs the same, and the draw means' spread beyond their seeds' adds to `se_m`.
 """
 
 import csv
@@ -51,22 +53,49 @@ class Row:
     data: str
     sources: List[str]  # the runs behind the row (their directories, or wandb:...)
     commit: str = "-"  # commit_text of the runs behind the row
+    draws: int = 1  # data draws (training files) behind the row; `mean` is the mean of their means
+
+
+def _seed_spread(episodes: int, p: float, low, high, paper_seeds: int):
+    """`(s^2, se_p)`: one seed's variance around the population mean and the released standard error
+    (docs/results.md, section 1); without a released interval `(binomial floor, None)`."""
+    q = (p * episodes + 1) / (episodes + 2)
+    binomial = q * (1 - q) / episodes
+    if low is None or high is None:
+        return binomial, None
+    se_p = (high - low) / (2 * Z95)
+    return max(paper_seeds * se_p**2, binomial), se_p
+
+
+def _said(m: float, p: float, se_m: float, se_p: Optional[float]):
+    """`(z, verdict)` of our mean `m` against the released `p`; `(None, None)` without a released interval."""
+    if se_p is None:
+        return None, None
+    z = (m - p) / math.sqrt(se_m**2 + se_p**2)
+    return z, "reproduced" if abs(z) <= Z95 else ("below" if z < 0 else "above")
 
 
 def verdict(values: Sequence[float], episodes: int, p: float, low, high, paper_seeds: int):
     """`(se_m, se_p, z, verdict)` for our seeds' `values` (each over `episodes` episodes) against the
     released mean `p` with interval `[low, high]` over `paper_seeds` seeds (docs/results.md, section 1).
     Without a released interval: `(se_m, None, None, None)` with `se_m` from the binomial floor alone."""
-    n, m = len(values), float(np.mean(values))
-    q = (p * episodes + 1) / (episodes + 2)
-    binomial = q * (1 - q) / episodes
-    if low is None or high is None:
-        return math.sqrt(binomial / n), None, None, None
-    se_p = (high - low) / (2 * Z95)
-    spread = max(paper_seeds * se_p**2, binomial)
-    se_m = math.sqrt(spread / n)
-    z = (m - p) / math.sqrt(se_m**2 + se_p**2)
-    return se_m, se_p, z, "reproduced" if abs(z) <= Z95 else ("below" if z < 0 else "above")
+    spread, se_p = _seed_spread(episodes, p, low, high, paper_seeds)
+    se_m = math.sqrt(spread / len(values))
+    return (se_m, se_p, *_said(float(np.mean(values)), p, se_m, se_p))
+
+
+def pooled_verdict(by_draw: Sequence[Sequence[float]], episodes: int, p: float, low, high, paper_seeds: int):
+    """`(m, se_m, se_p, z, verdict)` for runs on several data draws (docs/results.md, section 1a): `by_draw[d]`
+    holds draw d's seeds' values; `m` is the mean of the draw means, `se_m^2 = tau^2 / D + sum_d(s^2 / n_d) / D^2`
+    with `tau^2 = max(0, var(draw means, ddof=1) - mean_d(s^2 / n_d))`. One draw: `verdict`'s numbers."""
+    spread, se_p = _seed_spread(episodes, p, low, high, paper_seeds)
+    means = [float(np.mean(v)) for v in by_draw]
+    within = [spread / len(v) for v in by_draw]
+    draws = len(by_draw)
+    tau2 = max(0.0, float(np.var(means, ddof=1)) - float(np.mean(within))) if draws > 1 else 0.0
+    se_m = math.sqrt(tau2 / draws + sum(within) / draws**2)
+    m = float(np.mean(means))
+    return (m, se_m, se_p, *_said(m, p, se_m, se_p))
 
 
 def at_paper_settings(run: Run) -> bool:
@@ -85,10 +114,14 @@ def paper_step(run: Run, step: int) -> Optional[int]:
 
 
 def data_text(run: Run) -> str:
-    """`generated 01d3f511e206` (source and sha256 prefix of each training file the run read)."""
+    """`generated seed 1 01d3f511e206` (source, the generator's seed where recorded, and sha256 prefix of each
+    training file the run read): the run's data draw."""
     files = [d for d in (run.record or {}).get("datasets") or () if isinstance(d, dict) and d.get("role") != "val"]
-    parts = sorted({f"{d.get('source', 'unknown')} {(d.get('sha256') or '?')[:12]}" for d in files})
-    return "; ".join(parts) or "unknown"
+    parts = set()
+    for d in files:
+        seed = "" if d.get("seed") is None else f" seed {d['seed']}"
+        parts.add(f"{d.get('source', 'unknown')}{seed} {(d.get('sha256') or '?')[:12]}")
+    return "; ".join(sorted(parts)) or "unknown"
 
 
 def commit_text(run: Run) -> str:
@@ -121,9 +154,17 @@ def compare_rows(runs: Sequence[Run], paper: Dict, reps: int, seed: int) -> List
             episodes = min(int(r.record["flags"]["eval_episodes"]) for r, _ in hits)
             p, low, high = curve.at(x / 1e6)
             paper_seeds = PAPER_SEEDS.get(group[0].family, PAPER_SEEDS["ogbench"])
-            se, se_p, z, said = verdict(values, episodes, p, low, high, paper_seeds)
-            point, ci_low, ci_high = stratified_interval([np.array(values)[:, None]], "mean", reps, seed)
-            data = "; ".join(sorted({data_text(r) for r, _ in hits}))
+            by_draw: Dict[str, List[float]] = {}
+            for r, v in hits:
+                by_draw.setdefault(data_text(r), []).append(v)
+            mean, se, se_p, z, said = pooled_verdict(list(by_draw.values()), episodes, p, low, high, paper_seeds)
+            _, ci_low, ci_high = stratified_interval([np.array(values)[:, None]], "mean", reps, seed)
+            data = "; ".join(sorted(by_draw))
+            if len(by_draw) > 1:  # each draw's own mean and z (section 1 on its seeds alone), to read beside
+                data = "; ".join(
+                    f"{d}: {np.mean(v):.3f} (z {_num(verdict(v, episodes, p, low, high, paper_seeds)[2], 2)})"
+                    for d, v in sorted(by_draw.items())
+                )
             rows.append(
                 Row(
                     task,
@@ -132,7 +173,7 @@ def compare_rows(runs: Sequence[Run], paper: Dict, reps: int, seed: int) -> List
                     sorted(r.seed for r, _ in hits),
                     episodes,
                     values,
-                    float(point[0]),
+                    mean,
                     float(ci_low[0]),
                     float(ci_high[0]),
                     float(p),
@@ -146,6 +187,7 @@ def compare_rows(runs: Sequence[Run], paper: Dict, reps: int, seed: int) -> List
                     data,
                     [r.source for r, _ in hits],
                     "; ".join(sorted({commit_text(r) for r, _ in hits})),
+                    len(by_draw),
                 )  # fmt: skip
             )
     return rows
@@ -162,19 +204,19 @@ def compare_table(rows: Sequence[Row], inputs: str) -> str:
         "",
         f"Runs: {inputs}. Rule (docs/results.md, section 1): reproduced when |z| <= 1.96.",
         "",
-        "| task | method | step | seeds | episodes | ours: mean [95% CI over seeds] | released: mean [95% CI] "
+        "| task | method | step | seeds | draws | episodes | ours: mean [95% CI over seeds] | released: mean [95% CI] "
         "(seeds) | z | verdict | data (source sha256) | commit |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         lines.append(
-            f"| {r.task} | {r.method} | {r.step:,} | {','.join(map(str, r.seeds))} | {r.episodes} | "
+            f"| {r.task} | {r.method} | {r.step:,} | {','.join(map(str, r.seeds))} | {r.draws} | {r.episodes} | "
             f"{r.mean:.3f} [{r.low:.3f}, {r.high:.3f}] | {r.paper_mean:.3f} [{_num(r.paper_low)}, "
             f"{_num(r.paper_high)}] ({r.paper_seeds}) | {_num(r.z, 2)} | {r.verdict or '— (no released CI)'} | "
             f"{r.data} | {r.commit} |"
         )
     if not rows:
-        lines.append("| (no run at the paper's settings has a step the released curves have) ||||||||||||")
+        lines.append("| (no run at the paper's settings has a step the released curves have) |||||||||||||")
     lines += [
         "",
         "- step: on the paper's axis (1M offline gradient steps, then 1M online environment steps);",
@@ -182,7 +224,10 @@ def compare_table(rows: Sequence[Row], inputs: str) -> str:
         "- released: data/paper/ogbench-individual.csv (or robomimic-individual.csv), mean over the paper's seeds;",
         "- z: (ours - released) / sqrt(se_ours^2 + se_released^2), with se_ours counting seed spread and the "
         "binomial noise of the episodes (docs/results.md);",
-        "- data: each training file's source (official or generated) and sha256 prefix;",
+        "- draws: the training files behind the row; with more than one, ours is the mean of each draw's mean and "
+        "se_ours adds the draws' spread (docs/results.md, section 1a);",
+        "- data: each training file's source (official or generated, with the generator's seed) and sha256 prefix; "
+        "with several draws each draw's mean and its own z;",
         "- commit: the repository's commit that made the runs (flags.json `made_by`; `+`: with uncommitted changes, "
         "`-`: not recorded).",
     ]
@@ -192,7 +237,7 @@ def compare_table(rows: Sequence[Row], inputs: str) -> str:
 def write_compare_csv(path: str, rows: Sequence[Row]):
     columns = ["task", "method", "step", "seeds", "episodes", "values", "mean", "ci_low", "ci_high"]
     columns += ["paper_mean", "paper_ci_low", "paper_ci_high", "paper_seeds", "se", "paper_se", "z", "verdict", "data"]
-    columns.append("commit")
+    columns += ["commit", "draws"]
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(columns)
@@ -202,7 +247,7 @@ def write_compare_csv(path: str, rows: Sequence[Row]):
             errors = [f"{v:.6g}" if v is not None else "" for v in (r.se, r.paper_se, r.z)]
             seeds, values = " ".join(map(str, r.seeds)), " ".join(f"{v:g}" for v in r.values)
             writer.writerow([r.task, r.method, r.step, seeds, r.episodes, values, *numbers, r.paper_seeds, *errors]
-                            + [r.verdict or "", r.data, r.commit])  # fmt: skip
+                            + [r.verdict or "", r.data, r.commit, r.draws])  # fmt: skip
 
 
 def copy_records(rows: Sequence[Row], out_dir: str) -> List[str]:
