@@ -12,7 +12,9 @@ import logging
 import os
 import pkgutil
 
-from envs.common import DataOptions, EnvAndDatasets, EnvName, Family
+import numpy as np
+
+from envs.common import TRANSITION_KEYS, DataOptions, EnvAndDatasets, EnvName, Family, check_data
 
 logger = logging.getLogger(__name__)
 
@@ -90,10 +92,82 @@ def family(name: EnvName | str) -> Family:
 
 
 def make_env_and_datasets(env_name: str, **options) -> EnvAndDatasets:
-    """`family.load(parse(env_name), DataOptions(**options))`: the envs and offline data of `env_name` (the
-    options: `envs.common.DataOptions`). Raises what `parse` and the family's `load` raise."""
-    name = parse(env_name)
-    return FAMILIES[name.family].load(name, DataOptions(**options))
+    """`load(parse(env_name), DataOptions(**options))`: the envs and offline data of `env_name` (the options:
+    `envs.common.DataOptions`). Raises what `parse` and `load` raise."""
+    return load(parse(env_name), DataOptions(**options))
+
+
+def source_file(family_name: str) -> str:
+    """The file that defines the family `family_name`, as errors name it (`envs/ogbench.py`)."""
+    return _FILES[family_name]
+
+
+# What a family's `metadata['datasets']` records hold for each file (envs/README.md).
+DATASET_RECORD_KEYS = ("path", "role", "source", "size_bytes", "sha256")
+
+
+def load(name: EnvName, options: DataOptions) -> EnvAndDatasets:
+    """The family's `load(name, options)`, what it hands over checked as a data file is: the way every run (and
+    `make_env_and_datasets`) loads. Float arrays of another width than float32 are cast to float32.
+
+    Raises:
+        ValueError naming the family's file (`source_file`), e.g. `envs/pendulum.py: ...`: its `load` raised
+            another exception than the input errors below (the message gives its type and text; the user's
+            Ctrl-C, `KeyboardInterrupt`, goes through as it is), returned no `EnvAndDatasets`, a `metadata`
+            without the `env` block (`name.record()`) or the `datasets` records (`DATASET_RECORD_KEYS`), or a
+            `train_dataset` (`val_dataset`) that `common.check_data` refuses or that lacks a field it needs.
+        ValueError, FileNotFoundError, ImportError: the family's own input errors (a bad or missing data file, a
+            missing extra), as it raised them: their messages are the family's.
+    """
+    file = source_file(name.family)
+    try:
+        out = FAMILIES[name.family].load(name, options)
+    except (ValueError, FileNotFoundError, ImportError):
+        raise
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - a family's bug, reported with its file
+        raise ValueError(f"{file}: load({name.name!r}) raised {type(e).__name__}: {e}") from e
+    if not isinstance(out, EnvAndDatasets):
+        raise ValueError(f"{file}: load returned a {type(out).__name__}, not an envs.common.EnvAndDatasets.")
+    _check_metadata(out.metadata, name, file)
+    for field in ("train_dataset", "val_dataset"):
+        data = getattr(out, field)
+        if data is None and field == "val_dataset":
+            continue
+        setattr(out, field, _checked_data(data, f"{file} (load's {field})"))
+    return out
+
+
+def _check_metadata(metadata, name: EnvName, file: str) -> None:
+    """`ValueError` naming `file` unless `metadata` is a dict with `env` equal to `name.record()` and `datasets` a
+    list of records with `DATASET_RECORD_KEYS` (what flags.json, the `Data:` line and `--resume` read)."""
+    if not isinstance(metadata, dict):
+        raise ValueError(f"{file}: load's metadata is a {type(metadata).__name__}, not a dict.")
+    if metadata.get("env") != name.record():
+        raise ValueError(
+            f"{file}: load's metadata['env'] is {metadata.get('env')!r}; it must be the parsed name's record "
+            "(metadata={'env': name.record(), 'datasets': [...]}; envs/README.md)."
+        )
+    records = metadata.get("datasets")
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise ValueError(
+            f"{file}: load's metadata['datasets'] is {records!r}; it must be a list with one record per data file "
+            f"(a dict of {', '.join(DATASET_RECORD_KEYS)}; envs/README.md)."
+        )
+    for i, record in enumerate(records):
+        missing = [k for k in DATASET_RECORD_KEYS if k not in record]
+        if missing:
+            raise ValueError(f"{file}: load's metadata['datasets'][{i}] lacks {missing} (envs/README.md).")
+
+
+def _checked_data(data, where: str) -> dict:
+    """`data` checked (`common.check_data`, every field of a transition present), floats cast to float32."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: a {type(data).__name__}, not a dict of arrays.")
+    missing = [k for k in TRANSITION_KEYS if k not in data]
+    if missing:
+        raise ValueError(f"{where}: lacks {missing} (it has {sorted(data)}).")
+    check_data(data, where)
+    return {k: v.astype(np.float32) if v.dtype.kind == "f" and v.dtype != np.float32 else v for k, v in data.items()}
 
 
 def record_of(flags_record: dict) -> dict:

@@ -259,13 +259,65 @@ def check_shards(paths: list[str]) -> None:
                 )
 
 
-def read_npz(
-    path: str, keys: tuple, matrix_keys: tuple, finite_keys: tuple, regenerate: Callable[[], str]
-) -> dict[str, np.ndarray]:
-    """The arrays `keys` of the npz file of trajectories at `path`, checked: one row per step in every array,
-    `matrix_keys` 2-D `(rows, dim)`, at least 2 rows, `finite_keys` without NaN/inf, `terminals` 0/1 and 1 on the
-    last row. `ValueError` naming the file and the finding, with `regenerate()` (how to get a good file,
-    written only then) where the file itself is bad; never unpickles."""
+# The per-row fields of offline transitions (`EnvAndDatasets.train_dataset`); all of them float.
+TRANSITION_KEYS = ("observations", "next_observations", "actions", "rewards", "masks", "terminals")
+
+
+def check_data(arrays: dict, where: str, floats: Sequence[str] = TRANSITION_KEYS) -> None:
+    """The checks every offline dataset gets, read from a file (`read_npz`: the stored arrays) or handed over by a
+    family's `load` (`envs.load`: the transitions): every array numeric with one row per step, all of one length;
+    `floats` (those present) floating-point (ints and bools are refused, not cast: a family's int observations
+    would make an int replay buffer that truncates the online values); every float array finite; `masks` and
+    `terminals` only 0 and 1, `terminals` 1 on the last row (every trajectory ends); `actions` within [-1, 1]
+    (the envs' range: OGBench's files reach 1, its loader clips to 1 - 1e-5).
+
+    Raises:
+        ValueError: one line, `'{where}: {field!r} ...'` (`where` names the file), for the first finding.
+    """
+    for k, v in arrays.items():
+        if not isinstance(v, np.ndarray) or v.ndim == 0:
+            raise ValueError(f"{where}: {k!r} is {type(v).__name__} {np.shape(v)}, not an array of one row per step.")
+        if v.dtype.kind not in "biuf":
+            raise ValueError(f"{where}: {k!r} holds {v.dtype}, not numbers.")
+        if k in floats and v.dtype.kind != "f":
+            raise ValueError(
+                f"{where}: {k!r} is {v.dtype}; offline data must be floats (float32): ints are refused, not cast."
+            )
+    lengths = {k: len(v) for k, v in arrays.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"{where}: mismatched lengths {lengths}.")
+    for k, v in arrays.items():
+        if v.dtype.kind == "f":
+            finite = np.isfinite(v).reshape(len(v), -1).all(axis=1)
+            if not finite.all():
+                bad = np.flatnonzero(~finite)
+                raise ValueError(
+                    f"{where}: {k!r} has non-finite values (NaN/inf) in {len(bad)} row(s), first at row {bad[0]}."
+                )
+    for k in ("masks", "terminals"):
+        if k in arrays and not np.isin(arrays[k], (0, 1)).all():
+            raise ValueError(f"{where}: {k!r} must be 0 or 1, got {np.unique(arrays[k])[:5].tolist()}.")
+    if "terminals" in arrays and len(arrays["terminals"]) and not arrays["terminals"][-1]:
+        raise ValueError(
+            f"{where}: 'terminals' is 0 on the last row: the last row is not a trajectory end (every trajectory "
+            "ends with terminals 1)."
+        )
+    if "actions" in arrays:
+        actions = arrays["actions"]
+        outside = (np.abs(actions) > 1).reshape(len(actions), -1).any(axis=1)
+        if outside.any():
+            bad = np.flatnonzero(outside)
+            raise ValueError(
+                f"{where}: 'actions' has values outside [-1, 1] in {len(bad)} row(s), first at row {bad[0]} "
+                f"(range {actions.min():.4g} .. {actions.max():.4g}); envs take actions in [-1, 1]: rescale them."
+            )
+
+
+def read_npz(path: str, keys: tuple, matrix_keys: tuple, regenerate: Callable[[], str]) -> dict[str, np.ndarray]:
+    """The arrays `keys` of the npz file of trajectories at `path`, checked: `check_data`'s checks (numbers, one
+    length, finite, `terminals` 0/1 and 1 on the last row, `actions` in [-1, 1]), `matrix_keys` 2-D
+    `(rows, dim)`, at least 2 rows. `ValueError` naming the file and the finding, with `regenerate()` (how to get
+    a good file, written only then) where the file itself is bad; never unpickles."""
     if not looks_like_npz(path):  # numpy would try it as a pickle, and advise allow_pickle
         raise ValueError(f"Dataset file {path} is not an npz archive (its bytes are not a zip file's). {regenerate()}")
     read_errors = (zipfile.BadZipFile, EOFError, OSError, ValueError, zlib.error, KeyError)
@@ -291,31 +343,16 @@ def read_npz(
                     f"({type(e).__name__}: {e}). {regenerate()}"
                 ) from e
 
-    n = len(arrays["observations"])
-    lengths = {k: (len(v) if v.ndim else None) for k, v in arrays.items()}
-    if any(length != n for length in lengths.values()):
-        raise ValueError(f"Dataset file {path} has mismatched lengths {lengths}. {regenerate()}")
+    try:
+        check_data(arrays, f"Dataset file {path}", floats=())
+    except ValueError as e:
+        raise ValueError(f"{e} {regenerate()}") from None
     for k in matrix_keys:
         if arrays[k].ndim != 2:
             raise ValueError(f"Dataset file {path}: {k!r} must be 2-D (rows, dim), got {arrays[k].shape}.")
-    if n < 2:
+    if len(arrays["observations"]) < 2:
+        n = len(arrays["observations"])
         raise ValueError(f"Dataset file {path} holds {n} row(s); at least one transition needs 2.")
-    for k in finite_keys:
-        finite = np.isfinite(arrays[k]).all(axis=tuple(range(1, arrays[k].ndim)))
-        if not finite.all():
-            bad = np.flatnonzero(~finite)
-            raise ValueError(
-                f"Dataset file {path}: {k!r} has non-finite values (NaN/inf) in {len(bad)} row(s), "
-                f"first at row {bad[0]}. {regenerate()}"
-            )
-    terminals = arrays["terminals"]
-    if not np.isin(terminals, (0, 1)).all():
-        raise ValueError(f"Dataset file {path}: terminals must be 0/1, got {np.unique(terminals)[:5]}.")
-    if not terminals[-1]:
-        raise ValueError(
-            f"Dataset file {path}: the last row is not a trajectory end (terminals[-1] == 0); "
-            f"the file is incomplete. {regenerate()}"
-        )
     return arrays
 
 

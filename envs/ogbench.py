@@ -82,8 +82,6 @@ ALL_DOMAINS = tuple(dict.fromkeys(DOMAINS + GOAL_DOMAINS))
 
 # Stored trajectory keys; scene and puzzle files also store `button_states` (`OGBenchName.has_button_states`).
 TRAJECTORY_KEYS = ("observations", "actions", "terminals", "qpos", "qvel")
-# Keys checked for NaN/inf when a file is read.
-FINITE_KEYS = ("observations", "actions", "qpos", "qvel")
 # When env.step(a_t) computes reward/success/terminated: of s_{t+1} ('post', ogbench 1.1.2 and the paper)
 # or of s_t ('pre', ogbench >= 1.2.0's singletask registrations). See the module docstring.
 SUCCESS_TIMINGS = ("post", "pre")
@@ -443,7 +441,7 @@ def read_trajectories(
         return f"Delete it and get it again.\n{_ways_to_get(path, dataset_name, goal_conditioned)}"
 
     keys = TRAJECTORY_KEYS + (("button_states",) if needs_buttons else ())
-    return read_npz(path, keys, ("observations", "actions", "qpos", "qvel"), FINITE_KEYS, regenerate)
+    return read_npz(path, keys, ("observations", "actions", "qpos", "qvel"), regenerate)
 
 
 def load_ogbench_dataset(

@@ -9,6 +9,7 @@ import numpy as np
 from absl import logging
 
 import agents
+import envs
 from utils import seeding
 from utils.datasets import Dataset
 
@@ -53,6 +54,69 @@ def check_dataset_fits_env(dataset: Dataset, env, env_name: str, what: str = "th
                 f"{what}: its {field} have shape {got} per row, but {env_name} has {want}; the dataset "
                 "belongs to another env."
             )
+
+
+def _is_number(value) -> bool:
+    """A bool, int, float or numpy scalar of those (what evaluation averages as success)."""
+    if isinstance(value, np.ndarray):
+        return value.ndim == 0 and value.dtype.kind in "biuf"
+    return isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating))
+
+
+def _probe(env, what: str, file: str, row_shape: tuple, seed: int) -> None:
+    """One `reset(seed=seed)` and one step (zero action) of `env`, checked (`probe_envs`)."""
+    space = getattr(getattr(env, "observation_space", None), "shape", None)
+    for call in ("reset", "step"):
+        try:
+            if call == "reset":
+                ob, info = env.reset(seed=seed)
+            else:
+                ob, _, _, _, info = env.step(np.zeros(env.action_space.shape, np.float32))
+        except Exception as e:  # noqa: BLE001 - whatever the family's env raises, named with its file
+            raise ValueError(f"{file}: the {what}'s {call} raised {type(e).__name__}: {e}") from e
+        ob = np.asarray(ob)
+        if ob.dtype.kind != "f":
+            raise ValueError(f"{file}: the {what}'s {call} returned an observation of dtype {ob.dtype}, not floats.")
+        if ob.shape != tuple(row_shape) or ob.shape != space:
+            raise ValueError(
+                f"{file}: the {what}'s {call} returned an observation of shape {ob.shape}, but its observation_space "
+                f"has {space} and the data's rows {tuple(row_shape)}."
+            )
+    if not isinstance(info, dict) or "success" not in info:
+        keys = sorted(info) if isinstance(info, dict) else type(info).__name__
+        raise ValueError(
+            f"{file}: the {what}'s step returned no info['success'] (info: {keys}); evaluation reads it at every "
+            "episode's end: add a number (1 for success, else 0) to every step's info."
+        )
+    if not _is_number(info["success"]):
+        raise ValueError(
+            f"{file}: the {what}'s step returned info['success'] = {info['success']!r} "
+            f"({type(info['success']).__name__}); it must be a number (bool, int or float)."
+        )
+
+
+def probe_envs(name, env_data, seed: int, observation_shape: tuple) -> None:
+    """One reset and one step (zero action) of the training env and of the evaluation env of `name` (an
+    `envs.EnvName`), before any run folder exists: `ValueError` naming the family's file (`envs.source_file`) when
+    an observation is no float array of the shape of the env's `observation_space` and of the data's rows
+    (`observation_shape`), when the step's `info['success']` is missing or no number (bool, int, float, a numpy
+    scalar), or when either call raises.
+
+    What the run does afterwards does not change, and no env is built for it (the evaluation env is built now
+    instead of at the first evaluation): each env is reset again with the seed it was reset with (the training
+    env's `utils.seeding.env_seed(seed, 'env')`, as envs/README.md asks of a family; `eval_env_seed`), and its
+    generator is put back as it was (a family that reset with another seed). A run's first step resets the
+    training env from that generator, and evaluation resets with each episode's own seed.
+    """
+    file = envs.source_file(name.family)
+    for what, env, reset_seed in (
+        ("training env", env_data.env, seeding.env_seed(seed, "env")),
+        ("evaluation env", env_data.eval_env, env_data.eval_env_seed),
+    ):
+        generator = seeding.generator_state(env.unwrapped.np_random)
+        _probe(env, what, file, observation_shape, reset_seed)
+        env.reset(seed=reset_seed)
+        seeding.set_generator_state(env.unwrapped.np_random, generator)
 
 
 def machine_memory() -> Optional[int]:

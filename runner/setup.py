@@ -28,6 +28,7 @@ from runner.checks import (
     check_memory,
     check_rendering,
     check_sizes,
+    probe_envs,
 )
 from runner.cli import input_errors
 from runner.config import check_goal_conditioning
@@ -189,10 +190,11 @@ def seed_configs(cfg) -> List:
     return configs
 
 
-def load_env_and_data(cfg, family: envs.Family, name: envs.EnvName):
-    """`family.load` of `name` with `cfg`'s data flags, a MuJoCo rendering failure reported with its fix."""
+def load_env_and_data(cfg, name: envs.EnvName):
+    """`envs.load` of `name` with `cfg`'s data flags (the family's load, what it hands over checked), a MuJoCo
+    failure of the env's creation reported with its fix."""
     try:
-        return family.load(
+        return envs.load(
             name,
             envs.DataOptions(
                 dataset_path=cfg.dataset_path,
@@ -204,13 +206,14 @@ def load_env_and_data(cfg, family: envs.Family, name: envs.EnvName):
                 dataset_success_timing=cfg.dataset_success_timing,
             ),
         )
-    except (AttributeError, RuntimeError) as e:
-        if "MUJOCO_GL" not in os.environ:
+    except ValueError as e:  # envs.load reports a family's AttributeError/RuntimeError with its file
+        cause = e.__cause__
+        if "MUJOCO_GL" not in os.environ or not isinstance(cause, (AttributeError, RuntimeError)):
             raise
         raise ValueError(
-            f"creating the environment failed with MUJOCO_GL={os.environ['MUJOCO_GL']} ({type(e).__name__}: "
-            f"{e}); unset MUJOCO_GL, or install the library it needs (osmesa: libosmesa6, egl: libegl1)."
-        ) from e
+            f"creating the environment failed with MUJOCO_GL={os.environ['MUJOCO_GL']} ({type(cause).__name__}: "
+            f"{cause}); unset MUJOCO_GL, or install the library it needs (osmesa: libosmesa6, egl: libegl1)."
+        ) from cause
 
 
 def _log_data(env_data) -> str:
@@ -243,7 +246,7 @@ def _setup_runs(cfg):
             raise ValueError(_taken(cfg.run_name, taken))
         spec = agents.get(cfg.agent["agent_name"])
 
-        env_data = load_env_and_data(cfg, family, name)
+        env_data = load_env_and_data(cfg, name)
         what = _log_data(env_data)
         try:
             first_dataset = Dataset.create(
@@ -264,6 +267,7 @@ def _setup_runs(cfg):
         init_agent, agent_shapes = agent_initializer(spec, cfg.agent, example, seeding.jax_key(cfg.seed, "agent"))
         check_memory(cfg, family, first_dataset, example, agent_shapes)
         check_dataset_fits_env(first_dataset, env_data.env, cfg.env_name, what)
+        probe_envs(name, env_data, cfg.seed, first_dataset["observations"].shape[1:])
         if cfg.video_episodes > 0:
             check_rendering(family, cfg.env_name, env_data.eval_env)
 

@@ -47,10 +47,8 @@ def example_family() -> str:
     return blocks[0]
 
 
-@pytest.fixture(scope="module")
-def repo(tmp_path_factory):
-    """A copy of the repository's tracked files with `envs/pendulum.py` added."""
-    copy = tmp_path_factory.mktemp("repo")
+def repository_with_example(copy) -> str:
+    """`copy` (a new folder) made a copy of the repository's tracked files with `envs/pendulum.py` added."""
     tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
     for path in filter(None, tracked.decode().split("\0")):
         if os.path.isfile(os.path.join(ROOT, path)):
@@ -60,6 +58,12 @@ def repo(tmp_path_factory):
     with open(os.path.join(copy, "envs", "pendulum.py"), "w") as f:
         f.write(example_family())
     return str(copy)
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    """A copy of the repository's tracked files with `envs/pendulum.py` added."""
+    return repository_with_example(tmp_path_factory.mktemp("repo"))
 
 
 def _run(repo, save, name, *extra, fault=None, expect=0):
