@@ -1,0 +1,147 @@
+"""A new family needs one file, truly (issue 59, item 6): what the papers' families have and a family added since
+has not, seen through a copy of the repository with family files added to its envs/ (as envs/README.md says).
+
+The copy holds envs/README.md's worked example as `envs/pendulum.py`, `envs/lookalike.py` (that example with a
+domain spelled like a paper domain, `cube-double` `play`) and `envs/swing.py` (Pendulum with numbered tasks 1..9).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.driver_runs import ROOT
+from tests.test_plugin_env import example_family
+
+LOOKALIKE = "lookalike-v1"
+# Pendulum with numbered tasks: its `with_task` takes 1..9, more than OGBench's 1..5.
+SWING = '''"""Pendulum with numbered tasks, swing-task<N>-v1 for N in 1..9 (a test's family)."""
+
+import dataclasses
+import re
+
+from envs import pendulum
+from envs.common import EnvName
+
+
+def parse(env_name):
+    match = re.fullmatch(r"swing-task(\\d+)-v1", env_name)
+    if match is None:
+        return None
+    task = int(match[1])
+    if not 1 <= task <= 9:
+        raise ValueError(f"{env_name}: swing tasks are 1..9")
+    return EnvName("swing", env_name, "swing", "random", task, False, "swing", f"swing-task{task}", f"swing-t{task}")
+
+
+def with_task(name, task):
+    if not 1 <= task <= 9:
+        raise ValueError(f"task {task} of swing: its tasks are 1..9.")
+    return f"swing-task{task}-v1"
+
+
+FAMILY = dataclasses.replace(
+    pendulum.FAMILY, name="swing", patterns=("swing-task{1..9}-v1",), parse=parse, with_task=with_task
+)
+'''
+
+
+def _variant(text: str, replacements: dict) -> str:
+    for old, new in replacements.items():
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return text
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    """A copy of the repository's tracked files with the three family files added to envs/."""
+    copy = tmp_path_factory.mktemp("repo")
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for path in filter(None, tracked.decode().split("\0")):
+        if os.path.isfile(os.path.join(ROOT, path)):
+            os.makedirs(os.path.dirname(os.path.join(copy, path)), exist_ok=True)
+            shutil.copy2(os.path.join(ROOT, path), os.path.join(copy, path))
+    example = example_family()
+    lookalike = _variant(
+        example,
+        {
+            'NAME = "pendulum-random-v1"': f'NAME = "{LOOKALIKE}"',
+            'EnvName("pendulum", NAME, "pendulum", "random", None, False, NAME, NAME, "pendulum")': (
+                'EnvName("lookalike", NAME, "cube-double", "play", None, False, "cube-double", NAME, "lookalike")'
+            ),
+            'name="pendulum"': 'name="lookalike"',
+        },
+    )
+    for name, text in (("pendulum", example), ("lookalike", lookalike), ("swing", SWING)):
+        with open(os.path.join(copy, "envs", f"{name}.py"), "w") as f:
+            f.write(text)
+    return str(copy)
+
+
+def _python(repo, code, *args, expect=0):
+    """`python -c code args` in the copy; its stdout."""
+    result = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=repo,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == expect, result.stderr[-3000:]
+    return result.stdout
+
+
+def _error_line(result):
+    """The one `error:` line of a refused command."""
+    assert result.returncode == 2, result.stderr[-3000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-3000:]
+    return lines[0]
+
+
+def _main(repo, tmp_path, *flags):
+    command = [sys.executable, "main.py", f"--save_dir={tmp_path}", *flags]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    return subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_method_on_a_family_without_paper_values_says_to_drop_it(repo, tmp_path):
+    line = _error_line(_main(repo, tmp_path, "--method=qc", "--env_name=pendulum-random-v1"))
+    assert line == (
+        "error: --method=qc: no paper settings for --env_name=pendulum-random-v1: the papers did not run the "
+        "pendulum family (theirs: ogbench, robomimic); run without --method and set the flags yourself "
+        "(docs/settings.md lists the paper's)."
+    )
+    assert not os.listdir(tmp_path)  # nothing made
+
+
+def test_paper_values_apply_only_to_the_families_the_papers_ran(repo, tmp_path):
+    """`lookalike-v1`'s domain and data type are cube-double's and play, as OGBench's: it gets no paper value, no
+    note, no label suffix; OGBench's cube-double (the same question) gets them."""
+    code = """
+import json, sys
+from runner import methods
+out = {}
+for env in sys.argv[1:]:
+    try:
+        out[env] = ("domain", methods.domain_of(env))
+    except ValueError as e:
+        out[env] = ("error", str(e))
+    out[env] += (methods.paper_values("qc", env), methods.paper_values("qc-fql", env))
+print(json.dumps(out))
+"""
+    ogbench = "cube-double-play-singletask-task2-v0"
+    found = json.loads(_python(repo, code, LOOKALIKE, ogbench))
+    kind, said, qc, qc_fql = found[LOOKALIKE]
+    assert kind == "error" and "the papers did not run the lookalike family" in said
+    assert qc == {} and qc_fql == {}
+    kind, domain, qc, qc_fql = found[ogbench]
+    assert (kind, domain) == ("domain", "cube-double") and qc["agent.actor_num_samples"] == 32
+    assert qc_fql["agent.alpha"] == 300
+    line = _error_line(_main(repo, tmp_path, "--method=qc", f"--env_name={LOOKALIKE}"))
+    assert "the papers did not run the lookalike family" in line and "run without --method" in line
