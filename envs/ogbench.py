@@ -50,6 +50,7 @@ from envs.common import (
 )
 from utils import seeding
 from utils.files import non_file_kind
+from utils.startup import quiet_dm_control
 
 DEFAULT_DATASET_DIR = "~/.ogbench/data"
 
@@ -295,7 +296,14 @@ def make_env(env_name: str, success_timing: str = "post", **env_kwargs) -> gymna
     unsupported name or timing."""
     name = training_name(env_name)
     goal = {"use_oracle_rep": True} if name.oraclerep else {}
-    return gymnasium.make(name.env_id, success_timing=check_success_timing(success_timing), **goal, **env_kwargs)
+    return _make(name.env_id, success_timing=check_success_timing(success_timing), **goal, **env_kwargs)
+
+
+def _make(env_id: str, **kwargs) -> gymnasium.Env:
+    """`gymnasium.make(env_id, **kwargs)`, dm_control imported quietly first (OGBench's envs use it; no other
+    family imports it): `ValueError` for a `MUJOCO_GL` that cannot start."""
+    quiet_dm_control()
+    return gymnasium.make(env_id, **kwargs)
 
 
 def task_env(env, private: Callable[[str], gymnasium.Env], env_id: str) -> gymnasium.Env:
@@ -311,7 +319,7 @@ def _relabel_env(env_id: str) -> gymnasium.Env:
     # A private env per task for relabelling: `relabel_dataset` resets the env it is given, which must
     # never be the env a driver is in the middle of an episode with (e.g. when swapping shards). It only
     # supplies the task's targets, so its success timing does not matter.
-    return gymnasium.make(env_id)
+    return _make(env_id)
 
 
 # The data the DQC paper's runs used per domain (release experiments/reproduce.py, `sizes`): a large shard set, or
@@ -542,7 +550,7 @@ def resolve_dataset_paths(env_name: str, dataset_path: str | None = None, datase
 def _private_goal_env(env_id: str) -> gymnasium.Env:
     # A private env per domain: `add_oracle_reps` reads the number of cubes from it, `task_names` its tasks.
     # Never a driver's env (nothing here resets or steps it).
-    return gymnasium.make(env_id, use_oracle_rep=True)
+    return _make(env_id, use_oracle_rep=True)
 
 
 def task_names(env_name: str, env=None) -> tuple[str, ...]:
@@ -637,6 +645,7 @@ def load(name: EnvName, options: DataOptions) -> EnvAndDatasets:
     import concurrent.futures
 
     env_name, goal_conditioned = name.name, name.goal_conditioned
+    quiet_dm_control()  # here, not on the thread that builds the env
     check_success_timing(options.success_timing)
     check_success_timing(options.dataset_success_timing)
     if goal_conditioned and options.sparse:

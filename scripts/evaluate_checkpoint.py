@@ -138,7 +138,7 @@ def main(argv=None) -> int:
         exit_with_error(f"--action_chunk_eval_size={args.action_chunk_eval_size}: must be at least 1.")
     from utils.startup import quiet_startup
 
-    quiet_startup()
+    quiet_startup(dm_control=False)  # the run's family imports it if its envs use it
     try:
         stats = evaluate_checkpoint(args.run_dir, args.step, args.episodes, args.seed, args.agent,
                                     args.action_chunk_eval_size)  # fmt: skip

@@ -145,3 +145,27 @@ print(json.dumps(out))
     assert qc_fql["agent.alpha"] == 300
     line = _error_line(_main(repo, tmp_path, "--method=qc", f"--env_name={LOOKALIKE}"))
     assert "the papers did not run the lookalike family" in line and "run without --method" in line
+
+
+def test_dm_control_is_imported_only_by_the_families_that_use_it(repo):
+    """A driver's start-up (main.py's imports and flags, as `--help` runs them), the registry and a Pendulum run's
+    envs and data import no dm_control; OGBench's first env does (so the check can see it)."""
+    code = """
+import runpy, sys
+sys.argv = ["main.py", "--help"]
+try:
+    runpy.run_path("main.py", run_name="__main__")
+except SystemExit:
+    pass
+import envs
+from runner import setup
+env_data = envs.make_env_and_datasets("pendulum-random-v1")
+env_data.env.step(env_data.env.action_space.sample())
+env_data.eval_env.step(env_data.env.action_space.sample())
+print("after pendulum:", sorted(m for m in sys.modules if m.split(".")[0] == "dm_control"))
+import envs.ogbench
+envs.ogbench.make_eval_env("cube-single-play-singletask-task1-v0")
+print("after ogbench:", "dm_control.mjcf" in sys.modules)
+"""
+    lines = [line for line in _python(repo, code).splitlines() if line.startswith("after ")]
+    assert lines == ["after pendulum: []", "after ogbench: True"]
