@@ -169,3 +169,19 @@ print("after ogbench:", "dm_control.mjcf" in sys.modules)
 """
     lines = [line for line in _python(repo, code).splitlines() if line.startswith("after ")]
     assert lines == ["after pendulum: []", "after ogbench: True"]
+
+
+def test_sweep_tasks_are_the_tasks_the_familys_with_task_accepts(repo, tmp_path):
+    """`swing`'s tasks are 1..9: `--tasks=6-9` (past OGBench's 5) sweeps them; its own refusal names --tasks."""
+
+    def sweep(*args):
+        command = [sys.executable, "scripts/sweep.py", "--driver=main.py", "--seeds=0", "--dry_run",
+                   f"--save_dir={tmp_path}", "--sweep_name=s", *args, "--", "--env_name=swing-task1-v1"]  # fmt: skip
+        return subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=300)
+
+    listed = sweep("--tasks=6-9")
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    envs_run = [w.split("=", 1)[1] for line in listed.stdout.splitlines() for w in line.split() if "--env_name=" in w]
+    assert envs_run == [f"swing-task{n}-v1" for n in (6, 7, 8, 9)], listed.stdout
+    assert [f"--run_name=swing-t{n}_sd0" in listed.stdout for n in (6, 7, 8, 9)] == [True] * 4
+    assert _error_line(sweep("--tasks=8-10")) == "error: --tasks=8-10: task 10 of swing: its tasks are 1..9."
