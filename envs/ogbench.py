@@ -376,7 +376,7 @@ def _ways_to_get(path: str, dataset_name: str, goal_conditioned: bool = False) -
             lines += [
                 f"{shard_set} is not hosted (the authors generate the 1B sets: {NUM_SHARDS['1b']} shards of "
                 f"{SHARD_EPISODES} episodes). Download the hosted 100M set ({hosted}, a tenth of it) instead:",
-                f"  {download_command(hosted, parent)}, then --ogbench_dataset_dir={os.path.join(parent, hosted)}",
+                f"  {download_command(hosted, parent)}, then --dataset_dir={os.path.join(parent, hosted)}",
             ]
         else:
             lines += [
@@ -399,7 +399,7 @@ def _ways_to_get(path: str, dataset_name: str, goal_conditioned: bool = False) -
             lines += [
                 "OGBench publishes no default cube-octuple dataset; download its 100M shards (needs network access "
                 "to rail.eecs.berkeley.edu):",
-                f"  {download_command(hosted, directory)}, then --ogbench_dataset_dir={shards}",
+                f"  {download_command(hosted, directory)}, then --dataset_dir={shards}",
             ]
         else:
             download = download_command(dataset_name, directory)
@@ -416,10 +416,10 @@ def _ways_to_get(path: str, dataset_name: str, goal_conditioned: bool = False) -
         if paper_set is not None and paper_set.startswith(stem):
             shards = os.path.join(os.path.expanduser(DEFAULT_DATASET_DIR), paper_set)
             if paper_set.endswith("-100m-v0"):
-                how = f"{download_command(paper_set)}, then --ogbench_dataset_dir={shards}"
+                how = f"{download_command(paper_set)}, then --dataset_dir={shards}"
             else:
                 generate = shard_generator_command(paper_set)
-                how = f"not hosted, generate it: {generate}; then --ogbench_dataset_dir={shards}"
+                how = f"not hosted, generate it: {generate}; then --dataset_dir={shards}"
             lines += [f"(the paper's {domain} runs use the large set {paper_set} instead:", f"  {how})"]
         if not expert:
             lines += [
@@ -534,7 +534,7 @@ def resolve_dataset_paths(env_name: str, dataset_path: str | None = None, datase
     kind = non_file_kind(paths[0])
     if kind == "a directory":
         raise ValueError(
-            f"--dataset_path={paths[0]} is a directory; pass one npz file, or the directory as --ogbench_dataset_dir."
+            f"--dataset_path={paths[0]} is a directory; pass one npz file, or the directory as --dataset_dir."
         )
     if kind is not None:
         raise ValueError(f"--dataset_path={paths[0]} is {kind}, not a data file; pass one npz file.")

@@ -21,6 +21,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from log_utils import WANDB_PREFIXES
+from runner.flags import current_names
 from utils.files import atomic_write, naming
 from utils.flax_utils import restore_agent, save_agent
 
@@ -338,10 +339,10 @@ RESUME_MAY_CHANGE = (
     "compilation_cache_dir",
 )
 # Flags holding paths: compared after normalisation (`exp` and `exp/` are one directory).
-PATH_FLAGS = ("save_dir", "dataset_path", "ogbench_dataset_dir", "agent_file")
+PATH_FLAGS = ("save_dir", "dataset_path", "dataset_dir", "agent_file")
 # Flags that say only where a run or its data lives: a run copied or moved elsewhere (or its data) resumes where it
 # now is; `flags.json` records each move (`moves`). The data itself is compared by size and sha256.
-LOCATION_FLAGS = ("save_dir", "dataset_path", "ogbench_dataset_dir")
+LOCATION_FLAGS = ("save_dir", "dataset_path", "dataset_dir")
 # Agent config keys filled in by create(): not set by the user.
 FILLED_KEYS = ("ob_dims", "action_dim", "target_entropy")
 
@@ -359,7 +360,9 @@ class RunFinished(Exception):
 
 
 def read_record(run_dir: str) -> Dict:
-    """The run's `flags.json`; `ValueError` naming the file when it cannot be read or is not a run record."""
+    """The run's `flags.json`, its `flags` under today's names (`runner.flags.current_names`: a run recorded as
+    `--ogbench_dataset_dir` reads as `--dataset_dir`); `ValueError` naming the file when it cannot be read or is
+    not a run record."""
     path = os.path.join(run_dir, "flags.json")
     try:
         with open(path) as f:
@@ -385,7 +388,7 @@ def read_record(run_dir: str) -> Dict:
             raise ValueError(
                 f"{path} is damaged ('{key}' is {json.dumps(value)[:60]}, not {want}); this run cannot be resumed."
             )
-    return record
+    return {**record, "flags": current_names(record["flags"])}
 
 
 def changed_settings(record: Dict, flag_values: Dict, agent: Dict) -> List[str]:
