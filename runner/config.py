@@ -14,7 +14,8 @@ import envs
 from agents import common
 from runner import methods
 from runner.cli import DRIVER_ONLY_FLAGS, InputError, input_errors, parse_flags
-from runner.flags import RENAMED, check_renamed
+from runner.flags import check_renamed
+from runner.resume import RENAMED
 from utils import seeding
 
 # Flags a driver does not define, with the value the other driver's code reads.

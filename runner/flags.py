@@ -7,27 +7,16 @@ from absl import flags
 
 import agents
 from runner import cli
+from runner.resume import RENAMED
 
 FLAGS = flags.FLAGS
 DRIVERS = ("main", "main_online")
 DEFAULT_ENV = "cube-double-play-singletask-task2-v0"
-# Flags renamed, {old name: name}: the old name stays an alias on the command line, and a run recorded under it
-# reads as the new one (`current_names`). flags.json records the new name only.
-RENAMED = {"ogbench_dataset_dir": "dataset_dir"}
-
-
-def current_names(recorded: dict) -> dict:
-    """The `flags` of a `flags.json` record under today's names (`RENAMED`: a run recorded before a rename);
-    a record holding both names keeps the new one's value."""
-    renamed = {RENAMED.get(name, name): value for name, value in recorded.items() if name not in RENAMED}
-    for old, new in RENAMED.items():
-        if old in recorded and new not in recorded:
-            renamed[new] = recorded[old]
-    return renamed
 
 
 def check_renamed(flag_values=FLAGS):
-    """`ValueError` where a flag and its old name (`RENAMED`) are both on the command line: only the last counts."""
+    """`ValueError` where a flag and its old name (`runner.resume.RENAMED`) are both on the command line: absl would
+    keep the last silently."""
     for old, new in RENAMED.items():
         if flag_values[old].present and flag_values[new].present > flag_values[old].present:
             raise ValueError(f"--{old} is the old name of --{new}, and both are given: pass only --{new}.")

@@ -21,7 +21,6 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from log_utils import WANDB_PREFIXES
-from runner.flags import current_names
 from utils.files import atomic_write, naming
 from utils.flax_utils import restore_agent, save_agent
 
@@ -355,12 +354,27 @@ def _comparable(values: Dict, path_keys=()) -> Dict:
     return values
 
 
+# Flags renamed, {old name: name}: the old name stays an alias on the command line (`runner.flags`), and a run
+# recorded under it reads as the new one (`current_names`). flags.json records the new name only.
+RENAMED = {"ogbench_dataset_dir": "dataset_dir"}
+
+
+def current_names(recorded: Dict) -> Dict:
+    """The `flags` of a `flags.json` record under today's names (`RENAMED`: a run recorded before a rename); a
+    record holding both names keeps the new one's value."""
+    renamed = {name: value for name, value in recorded.items() if name not in RENAMED}
+    for old, new in RENAMED.items():
+        if old in recorded and new not in recorded:
+            renamed[new] = recorded[old]
+    return renamed
+
+
 class RunFinished(Exception):
     """`--resume` of a run that has finished (its `DONE.json` exists) with the same settings: nothing to do."""
 
 
 def read_record(run_dir: str) -> Dict:
-    """The run's `flags.json`, its `flags` under today's names (`runner.flags.current_names`: a run recorded as
+    """The run's `flags.json`, its `flags` under today's names (`current_names`: a run recorded as
     `--ogbench_dataset_dir` reads as `--dataset_dir`); `ValueError` naming the file when it cannot be read or is
     not a run record."""
     path = os.path.join(run_dir, "flags.json")

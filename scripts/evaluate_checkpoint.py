@@ -77,7 +77,7 @@ def evaluate_checkpoint(run_dir, step, episodes=None, seed=None, overrides=(), a
     import envs
     from agents import common
     from evaluation import evaluate
-    from runner.flags import current_names
+    from runner.resume import current_names
     from utils.flax_utils import restore_agent
 
     with open(os.path.join(run_dir, "flags.json")) as f:
