@@ -271,6 +271,9 @@ def test_a_run_recorded_with_the_old_data_folder_flag_resumes(monkeypatch, tmp_p
         again = parse(monkeypatch, "main", *common[:-1], f"{flag}={tmp_path}/data")
         assert resume.changed_settings(record, again.flag_values, again.agent) == []
         assert resume.moves(record, again.flag_values) == []
+    # What evaluate_checkpoint.py reads too: the old name as the new; a record with both keeps the new one's value.
+    assert resume.current_names({"seed": 0, "ogbench_dataset_dir": "/x"}) == {"seed": 0, "dataset_dir": "/x"}
+    assert resume.current_names({"dataset_dir": "/y", "ogbench_dataset_dir": "/x"}) == {"dataset_dir": "/y"}
     moved = parse(monkeypatch, "main", *common[:-1], f"--dataset_dir={tmp_path}/elsewhere")
     assert resume.changed_settings(record, moved.flag_values, moved.agent) == []  # a move, not a setting
     assert resume.moves(record, moved.flag_values) == [

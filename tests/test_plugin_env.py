@@ -114,7 +114,7 @@ def test_a_new_family_in_one_file_works_with_every_tool(repo, tmp_path):
     assert plot.returncode == 0, plot.stderr
     with open(os.path.join(out, "curves.csv")) as f:
         rows = list(csv.DictReader(f))
-    assert rows and {(row["panel"], row["tasks"]) for row in rows} == {("pendulum", "pendulum")}, rows[:2]
+    assert rows and {(row["panel"], row["tasks"]) for row in rows} == {("pendulum-random-v1", "pendulum")}, rows[:2]
 
 
 def _parse_in(repo, *names):
