@@ -241,7 +241,7 @@ def write_json(path: str, data: Dict):
 
 REPO_ROOT = os.path.dirname(os.path.abspath(__file__))
 # The packages whose versions change a run's arithmetic, its envs or its data.
-MADE_BY_PACKAGES = ("jax", "jaxlib", "flax", "optax", "mujoco", "ogbench")
+MADE_BY_PACKAGES = ("jax", "jaxlib", "flax", "optax", "gymnasium", "mujoco", "ogbench")
 GIT_TIMEOUT_S = 5.0
 
 

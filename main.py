@@ -36,7 +36,7 @@ from utils.progress import progress
 from utils.startup import quiet_startup
 
 FLAGS = flags.FLAGS
-quiet_startup()
+quiet_startup(dm_control=False)  # only the families whose envs use dm_control import it
 define_flags("main")
 
 

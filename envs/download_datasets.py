@@ -18,7 +18,7 @@ Names (`parse_names`; comma-separated, duplicates dropped, order kept):
 - a large shard set, `<dataset stem>-100m-v0` (`LARGE_DATASETS`; the QC paper uses `cube-quadruple-play-100m-v0`,
   the DQC paper the cube-triple and cube-quadruple ones): every `*.npz` listed at `<DATASET_URL>/<name>/` (as the
   authors' `wget -r -np -nH --cut-dirs=2 -A "*.npz"` does) into `<dataset_dir>/<name>/`, the directory
-  `--ogbench_dataset_dir` takes. The 1B sets of the DQC paper (cube-octuple, puzzle-4x6; `UNHOSTED_DATASETS`) are
+  the drivers' `--dataset_dir` takes. The 1B sets of the DQC paper (cube-octuple, puzzle-4x6; `UNHOSTED_DATASETS`) are
   not hosted: asking for one is an error that names the 100M set (a tenth of it) and the generator loop;
 - a robomimic env name (`lift-mh-low_dim`): `<robomimic_dir>/<task>/<type>/low_dim_v15.hdf5` from robomimic's
   Hugging Face release, checked with `rm.check_dataset_file` before it is put in place.
@@ -425,7 +425,7 @@ def download_shards(
     if strays:
         dataset = name.replace("-100m-v0", "-v0")
         print(
-            f"warning: {len(strays)} file(s) do not start with {prefix!r} (e.g. {strays[0]}); --ogbench_dataset_dir "
+            f"warning: {len(strays)} file(s) do not start with {prefix!r} (e.g. {strays[0]}); a run's --dataset_dir "
             f"will not list them as shards of {dataset}"
         )
     return directory
@@ -516,7 +516,7 @@ def download(
                 done.append(f"{r.name}: {path} (and its -val file); runs read it by default or with --dataset_path")
             elif r.kind == "shards":
                 directory = download_shards(r.name, dataset_dir, ogbench_url, read_timeout, include_val_shards)
-                done.append(f"{r.name}: {directory}; train with --ogbench_dataset_dir={directory}")
+                done.append(f"{r.name}: {directory}; train with --dataset_dir={directory}")
             else:
                 path = download_robomimic(r.name, robomimic_dir, robomimic_url, read_timeout)
                 done.append(f"{r.name}: {path}")

@@ -50,6 +50,7 @@ from envs.common import (
 )
 from utils import seeding
 from utils.files import non_file_kind
+from utils.startup import quiet_dm_control
 
 DEFAULT_DATASET_DIR = "~/.ogbench/data"
 
@@ -293,7 +294,14 @@ def make_env(env_name: str, success_timing: str = "post", **env_kwargs) -> gymna
     unsupported name or timing."""
     name = training_name(env_name)
     goal = {"use_oracle_rep": True} if name.oraclerep else {}
-    return gymnasium.make(name.env_id, success_timing=check_success_timing(success_timing), **goal, **env_kwargs)
+    return _make(name.env_id, success_timing=check_success_timing(success_timing), **goal, **env_kwargs)
+
+
+def _make(env_id: str, **kwargs) -> gymnasium.Env:
+    """`gymnasium.make(env_id, **kwargs)`, dm_control imported quietly first (OGBench's envs use it; no other
+    family imports it): `ValueError` for a `MUJOCO_GL` that cannot start."""
+    quiet_dm_control()
+    return gymnasium.make(env_id, **kwargs)
 
 
 def task_env(env, private: Callable[[str], gymnasium.Env], env_id: str) -> gymnasium.Env:
@@ -309,7 +317,7 @@ def _relabel_env(env_id: str) -> gymnasium.Env:
     # A private env per task for relabelling: `relabel_dataset` resets the env it is given, which must
     # never be the env a driver is in the middle of an episode with (e.g. when swapping shards). It only
     # supplies the task's targets, so its success timing does not matter.
-    return gymnasium.make(env_id)
+    return _make(env_id)
 
 
 # The data the DQC paper's runs used per domain (release experiments/reproduce.py, `sizes`): a large shard set, or
@@ -366,7 +374,7 @@ def _ways_to_get(path: str, dataset_name: str, goal_conditioned: bool = False) -
             lines += [
                 f"{shard_set} is not hosted (the authors generate the 1B sets: {NUM_SHARDS['1b']} shards of "
                 f"{SHARD_EPISODES} episodes). Download the hosted 100M set ({hosted}, a tenth of it) instead:",
-                f"  {download_command(hosted, parent)}, then --ogbench_dataset_dir={os.path.join(parent, hosted)}",
+                f"  {download_command(hosted, parent)}, then --dataset_dir={os.path.join(parent, hosted)}",
             ]
         else:
             lines += [
@@ -389,7 +397,7 @@ def _ways_to_get(path: str, dataset_name: str, goal_conditioned: bool = False) -
             lines += [
                 "OGBench publishes no default cube-octuple dataset; download its 100M shards (needs network access "
                 "to rail.eecs.berkeley.edu):",
-                f"  {download_command(hosted, directory)}, then --ogbench_dataset_dir={shards}",
+                f"  {download_command(hosted, directory)}, then --dataset_dir={shards}",
             ]
         else:
             download = download_command(dataset_name, directory)
@@ -406,10 +414,10 @@ def _ways_to_get(path: str, dataset_name: str, goal_conditioned: bool = False) -
         if paper_set is not None and paper_set.startswith(stem):
             shards = os.path.join(os.path.expanduser(DEFAULT_DATASET_DIR), paper_set)
             if paper_set.endswith("-100m-v0"):
-                how = f"{download_command(paper_set)}, then --ogbench_dataset_dir={shards}"
+                how = f"{download_command(paper_set)}, then --dataset_dir={shards}"
             else:
                 generate = shard_generator_command(paper_set)
-                how = f"not hosted, generate it: {generate}; then --ogbench_dataset_dir={shards}"
+                how = f"not hosted, generate it: {generate}; then --dataset_dir={shards}"
             lines += [f"(the paper's {domain} runs use the large set {paper_set} instead:", f"  {how})"]
         if not expert:
             lines += [
@@ -560,7 +568,7 @@ def resolve_dataset_paths(env_name: str, dataset_path: str | None = None, datase
     kind = non_file_kind(paths[0])
     if kind == "a directory":
         raise ValueError(
-            f"--dataset_path={paths[0]} is a directory; pass one npz file, or the directory as --ogbench_dataset_dir."
+            f"--dataset_path={paths[0]} is a directory; pass one npz file, or the directory as --dataset_dir."
         )
     if kind is not None:
         raise ValueError(f"--dataset_path={paths[0]} is {kind}, not a data file; pass one npz file.")
@@ -576,7 +584,7 @@ def resolve_dataset_paths(env_name: str, dataset_path: str | None = None, datase
 def _private_goal_env(env_id: str) -> gymnasium.Env:
     # A private env per domain: `add_oracle_reps` reads the number of cubes from it, `task_names` its tasks.
     # Never a driver's env (nothing here resets or steps it).
-    return gymnasium.make(env_id, use_oracle_rep=True)
+    return _make(env_id, use_oracle_rep=True)
 
 
 def task_names(env_name: str, env=None) -> tuple[str, ...]:
@@ -671,6 +679,7 @@ def load(name: EnvName, options: DataOptions) -> EnvAndDatasets:
     import concurrent.futures
 
     env_name, goal_conditioned = name.name, name.goal_conditioned
+    quiet_dm_control()  # here, not on the thread that builds the env
     check_success_timing(options.success_timing)
     check_success_timing(options.dataset_success_timing)
     if goal_conditioned and options.sparse:

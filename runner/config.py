@@ -14,6 +14,8 @@ import envs
 from agents import common
 from runner import methods
 from runner.cli import DRIVER_ONLY_FLAGS, InputError, input_errors, parse_flags
+from runner.flags import check_renamed
+from runner.resume import RENAMED
 from utils import seeding
 
 # Flags a driver does not define, with the value the other driver's code reads.
@@ -70,14 +72,15 @@ class RunConfig:
     def from_flags(cls, flag_values, driver: str) -> "RunConfig":
         """Build from parsed absl flags; raises `InputError` for every bad value."""
         with input_errors():
+            check_renamed(flag_values)
             values = {
                 f.name: f.value
                 for f in flag_values.get_flags_for_module("runner.flags")
-                if not f.name.startswith("agent")
+                if not f.name.startswith("agent") and f.name not in RENAMED  # an old name: its flag holds the value
             }
             # `--save_dir=~/x` reaches us with the '~' (the shell expands it only at a word's start): every
             # path flag is expanded here once, so no part of the run goes to a literal './~' directory.
-            for name in ("save_dir", "dataset_path", "ogbench_dataset_dir"):
+            for name in ("save_dir", "dataset_path", "dataset_dir"):
                 if values.get(name):
                     values[name] = os.path.expanduser(values[name])
             values["agent_file"] = os.path.abspath(os.path.expanduser(flag_values["agent"].config_filename))

@@ -7,10 +7,19 @@ from absl import flags
 
 import agents
 from runner import cli
+from runner.resume import RENAMED
 
 FLAGS = flags.FLAGS
 DRIVERS = ("main", "main_online")
 DEFAULT_ENV = "cube-double-play-singletask-task2-v0"
+
+
+def check_renamed(flag_values=FLAGS):
+    """`ValueError` where a flag and its old name (`runner.resume.RENAMED`) are both on the command line: absl would
+    keep the last silently."""
+    for old, new in RENAMED.items():
+        if flag_values[old].present and flag_values[new].present > flag_values[old].present:
+            raise ValueError(f"--{old} is the old name of --{new}, and both are given: pass only --{new}.")
 
 
 def define_flags(driver: str, flag_values=FLAGS):
@@ -139,13 +148,15 @@ def define_flags(driver: str, flag_values=FLAGS):
         "sum after the first step whose mask is 0 (False: the reference's sums, which keep adding). Applied to the "
         "offline data and the online replay buffer alike.", **fv)  # fmt: skip
     flags.DEFINE_float("dataset_proportion", 1.0, "Use only the first this fraction of the offline dataset.", **fv)
-    flags.DEFINE_integer("dataset_replace_interval", 1000, "With --ogbench_dataset_dir holding several npz shards: "
+    flags.DEFINE_integer("dataset_replace_interval", 1000, "With --dataset_dir holding several npz shards: "
         "load the next shard every this many steps (0: never).", **fv)  # fmt: skip
-    flags.DEFINE_string("ogbench_dataset_dir", None, "Dataset directory: OGBench npz files (default ~/.ogbench/data; "
+    flags.DEFINE_string("dataset_dir", None, "The family's data folder: OGBench npz files (default ~/.ogbench/data; "
         "a directory of shards is cycled, see --dataset_replace_interval), or for robomimic a root used in place of "
-        "~/.robomimic.", **fv)  # fmt: skip
+        "~/.robomimic. Its old name --ogbench_dataset_dir still works.", **fv)  # fmt: skip
+    for old, new in RENAMED.items():
+        flags.DEFINE_alias(old, new, **fv)
     flags.DEFINE_string("dataset_path", None, "Explicit path of one dataset file, an OGBench npz or a robomimic hdf5 "
-        "(overrides --ogbench_dataset_dir).", **fv)  # fmt: skip
+        "(overrides --dataset_dir).", **fv)  # fmt: skip
     flags.DEFINE_enum("wandb_mode", "disabled", ["online", "offline", "disabled"], "wandb mode: online needs an "
         "account and network; offline writes locally; disabled logs to CSV only.", **fv)  # fmt: skip
     flags.DEFINE_string("wandb_project", "qc", "wandb project name.", **fv)

@@ -2,7 +2,9 @@
 
 The methods and their per-domain values live with their agents (`SPEC.methods`); this module resolves
 them for a run: `domain_of` maps an env name to its paper domain (`cube-single` borrows `cube-double`'s
-values, `note` says so), and `resolve` fills what the user did not pass. An explicit value wins unless it
+values, `note` says so), and `resolve` fills what the user did not pass. Paper values apply only to the
+benchmark families the papers ran (`PAPER_FAMILIES`): a family added since has none, whatever its domains
+are called. An explicit value wins unless it
 turns the run into another method (the agent's `method_of`): that is a `ValueError` naming both.
 """
 
@@ -13,6 +15,10 @@ import envs
 from agents.common import AgentSpec, Method
 
 DRIVER_FILES = {"main": "main.py", "main_online": "main_online.py"}
+# The benchmark families (`EnvName.family`) the papers ran: OGBench, robomimic.
+PAPER_FAMILIES = ("ogbench", "robomimic")
+# What a run without paper values does instead.
+NO_METHOD = "run without --method and set the flags yourself (docs/settings.md lists the paper's)"
 # Not in the paper: cube-single borrows cube-double's values (same robot and reward, one cube fewer).
 BORROWED_DOMAINS = {"cube-single": "cube-double"}
 # Data types the papers ran (OGBench 'play'/'navigate', robomimic multi-human); others get a note.
@@ -54,23 +60,29 @@ def _all_domains() -> List[str]:
 
 
 def _parse(env_name: str) -> Tuple[str, str]:
-    """`(domain, dataset type)` of `env_name` (`envs.parse`) where a paper method has values for the domain."""
+    """`(domain, dataset type)` of `env_name` (`envs.parse`) where a paper method has values for the domain and
+    the env is of a family the papers ran (`PAPER_FAMILIES`)."""
     known = {d for spec in agents.REGISTRY.values() for m in spec.methods.values() for d in m.per_domain}
     try:
         name = envs.parse(env_name)
     except envs.UnknownEnvName:  # no family's name: no paper settings (below); a family's bad part is its own error
         name = None
+    if name is not None and name.family not in PAPER_FAMILIES:
+        raise ValueError(
+            f"no paper settings for --env_name={env_name}: the papers did not run the {name.family} family (theirs: "
+            f"{', '.join(PAPER_FAMILIES)}); {NO_METHOD}."
+        )
     if name is not None and (name.domain in known or name.domain in _borrowed()):
         return name.domain, name.dataset_type
     raise ValueError(
         f"no paper settings for --env_name={env_name}: its domain is not one of the papers' tables "
-        f"({', '.join(_all_domains())})."
+        f"({', '.join(_all_domains())}); {NO_METHOD}."
     )
 
 
 def domain_of(env_name: str) -> str:
     """The paper domain of `env_name`, e.g. `'cube-double'` or `'lift'`; `ValueError` for a domain no
-    paper method has values for (`puzzle-4x4`, `transport`, ...)."""
+    paper method has values for (`puzzle-4x4`, `transport`, ...) or an env of a family the papers did not run."""
     return _parse(env_name)[0]
 
 
@@ -101,7 +113,8 @@ def _preset(driver: str, method: str, env_name: str) -> Dict[str, object]:
     row = entry.per_domain.get(domain) or entry.per_domain.get(_borrowed(entry).get(domain))
     if row is None:
         raise ValueError(
-            f"--method={method}: the paper has no values for {domain} (its domains: {', '.join(entry.per_domain)})."
+            f"--method={method}: the paper has no values for {domain} (its domains: {', '.join(entry.per_domain)}); "
+            f"{NO_METHOD}."
         )
     return {**entry.settings, **row}
 

@@ -338,10 +338,10 @@ RESUME_MAY_CHANGE = (
     "compilation_cache_dir",
 )
 # Flags holding paths: compared after normalisation (`exp` and `exp/` are one directory).
-PATH_FLAGS = ("save_dir", "dataset_path", "ogbench_dataset_dir", "agent_file")
+PATH_FLAGS = ("save_dir", "dataset_path", "dataset_dir", "agent_file")
 # Flags that say only where a run or its data lives: a run copied or moved elsewhere (or its data) resumes where it
 # now is; `flags.json` records each move (`moves`). The data itself is compared by size and sha256.
-LOCATION_FLAGS = ("save_dir", "dataset_path", "ogbench_dataset_dir")
+LOCATION_FLAGS = ("save_dir", "dataset_path", "dataset_dir")
 # Agent config keys filled in by create(): not set by the user.
 FILLED_KEYS = ("ob_dims", "action_dim", "target_entropy")
 
@@ -354,12 +354,29 @@ def _comparable(values: Dict, path_keys=()) -> Dict:
     return values
 
 
+# Flags renamed, {old name: name}: the old name stays an alias on the command line (`runner.flags`), and a run
+# recorded under it reads as the new one (`current_names`). flags.json records the new name only.
+RENAMED = {"ogbench_dataset_dir": "dataset_dir"}
+
+
+def current_names(recorded: Dict) -> Dict:
+    """The `flags` of a `flags.json` record under today's names (`RENAMED`: a run recorded before a rename); a
+    record holding both names keeps the new one's value."""
+    renamed = {name: value for name, value in recorded.items() if name not in RENAMED}
+    for old, new in RENAMED.items():
+        if old in recorded and new not in recorded:
+            renamed[new] = recorded[old]
+    return renamed
+
+
 class RunFinished(Exception):
     """`--resume` of a run that has finished (its `DONE.json` exists) with the same settings: nothing to do."""
 
 
 def read_record(run_dir: str) -> Dict:
-    """The run's `flags.json`; `ValueError` naming the file when it cannot be read or is not a run record."""
+    """The run's `flags.json`, its `flags` under today's names (`current_names`: a run recorded as
+    `--ogbench_dataset_dir` reads as `--dataset_dir`); `ValueError` naming the file when it cannot be read or is
+    not a run record."""
     path = os.path.join(run_dir, "flags.json")
     try:
         with open(path) as f:
@@ -385,7 +402,7 @@ def read_record(run_dir: str) -> Dict:
             raise ValueError(
                 f"{path} is damaged ('{key}' is {json.dumps(value)[:60]}, not {want}); this run cannot be resumed."
             )
-    return record
+    return {**record, "flags": current_names(record["flags"])}
 
 
 def changed_settings(record: Dict, flag_values: Dict, agent: Dict) -> List[str]:

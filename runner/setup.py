@@ -198,7 +198,7 @@ def load_env_and_data(cfg, name: envs.EnvName):
             name,
             envs.DataOptions(
                 dataset_path=cfg.dataset_path,
-                dataset_dir=cfg.ogbench_dataset_dir,
+                dataset_dir=cfg.dataset_dir,
                 dataset_proportion=cfg.dataset_proportion,
                 sparse=cfg.sparse,
                 seed=cfg.seed,

@@ -77,11 +77,12 @@ def evaluate_checkpoint(run_dir, step, episodes=None, seed=None, overrides=(), a
     import envs
     from agents import common
     from evaluation import evaluate
+    from runner.resume import current_names
     from utils.flax_utils import restore_agent
 
     with open(os.path.join(run_dir, "flags.json")) as f:
         record = json.load(f)
-    flags = record["flags"]
+    flags = current_names(record["flags"])  # a run recorded as --ogbench_dataset_dir: its --dataset_dir
     config = agent_config(record, overrides)
     path = checkpoint_path(run_dir, step)
     if config["agent_name"] in agents.names() or not flags.get("agent_file"):
@@ -91,7 +92,7 @@ def evaluate_checkpoint(run_dir, step, episodes=None, seed=None, overrides=(), a
     env_data = envs.make_env_and_datasets(
         flags["env_name"],
         dataset_path=flags.get("dataset_path"),
-        dataset_dir=flags.get("ogbench_dataset_dir"),
+        dataset_dir=flags.get("dataset_dir"),
         dataset_proportion=flags.get("dataset_proportion", 1.0),
         sparse=bool(flags.get("sparse")),
         seed=int(flags["seed"]),
@@ -138,7 +139,7 @@ def main(argv=None) -> int:
         exit_with_error(f"--action_chunk_eval_size={args.action_chunk_eval_size}: must be at least 1.")
     from utils.startup import quiet_startup
 
-    quiet_startup()
+    quiet_startup(dm_control=False)  # the run's family imports it if its envs use it
     try:
         stats = evaluate_checkpoint(args.run_dir, args.step, args.episodes, args.seed, args.agent,
                                     args.action_chunk_eval_size)  # fmt: skip

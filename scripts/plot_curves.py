@@ -43,8 +43,9 @@ empty or NaN, contributes nothing there; a task aggregate where no run has a val
 aggregate where one of its tasks has none, is missing (a gap, never interpolated).
 
 Outputs in `--out_dir`: `curves.png` and `curves.pdf` (one panel per domain, or per task with
-`--per_task`; the paper's released curves of the runs' paper methods dashed, `--no_paper` to leave
-them out), `table.md` (success at the end of the offline phase and at the end of training, per label
+`--per_task`; the paper's released curves of the runs' paper methods dashed, for the families the papers ran,
+`--no_paper` to leave them out; a family added since names its panels with its own `paper_domain` and `short`),
+`table.md` (success at the end of the offline phase and at the end of training, per label
 and domain and per label and task, beside the paper's numbers; `(k of n runs)` where a value comes
 from fewer runs than the group has) and `curves.csv` (every plotted point, with `runs`, the runs
 behind the value, and `runs_in_group`). Where runs logged how much of each chunk they executed (an agent that picks
@@ -69,12 +70,19 @@ sys.path.insert(0, ROOT)  # the repository's packages; scripts/ (the parts' pack
 
 import plotting.compare  # noqa: E402
 import plotting.lengths  # noqa: E402
-from plotting.figure import DPI, METHOD_STYLES, draw_figure, figure_size  # noqa: E402,F401 - this module's interface
+from plotting.figure import (  # noqa: E402,F401 - this module's interface
+    DPI,
+    METHOD_STYLES,
+    draw_figure,
+    figure_size,
+    paper_methods_drawn,
+)
 from plotting.paper import PAPER_OFFLINE_STEPS, load_paper  # noqa: E402
 from plotting.runs import (  # noqa: E402,F401
     METHOD_ORDER,
     InputError,
     Run,
+    check_panels,
     cut_runs,
     data_source,
     domain_and_task,
@@ -236,6 +244,7 @@ def run(args, wandb_api=None) -> int:
     whole_runs = list(runs)  # before the partial-chunk evaluations: what the executed-length figure reads
     runs += [cut for run, path in zip(runs, sources, strict=True) if path for cut in cut_runs(run, path)]
     warn_about_labels(runs)
+    check_panels(runs)
     paper = {} if args.no_paper else load_paper(args.paper_dir)
     offset = _online_offset(runs, args.online_offset)
     for panel in sorted_panels(runs, False):
@@ -268,7 +277,7 @@ def run(args, wandb_api=None) -> int:
         said = ", ".join(f"{sum(r.verdict == v for r in rows)} {v}" for v in ("reproduced", "below", "above"))
         print(f"compared {len(rows)} (task, method, step) rows with the released curves: {said}")
     longest = max(int(r.x(offset).max()) for r in runs)
-    if paper and longest < 0.2 * 2 * PAPER_OFFLINE_STEPS:
+    if paper_methods_drawn(curves, paper, args.per_task) and longest < 0.2 * 2 * PAPER_OFFLINE_STEPS:
         print(f"note: the runs reach step {longest:,}; the paper's curves span 2M steps (--no_paper to zoom in)")
     print(f"wrote {paths[0]} ({width}x{height} px), {paths[1]}, {table_path}, {', '.join([csv_path] + lengths)}")
     return 0

@@ -12,7 +12,8 @@ Grid. `--grid=KEY=V1,V2,...` (repeatable) sweeps the driver flag `--KEY` (any fl
 commas outside brackets, so a value that contains commas can be written either way:
 `--grid='agent.actor_hidden_dims=(256,256),(512,512)'` or `--grid='agent.actor_hidden_dims=(256,256);(512,512)'`
 (use `;` for a value with a comma outside brackets). `--seeds` and `--tasks` (which rewrites the task number of
-`--env_name`: `...-singletask[-taskN]-v0` -> `...-singletask-task{N}-v0`) take integers and ranges (`0-3`). The runs
+`--env_name` by its family's `with_task`, which says which tasks exist; OGBench's 1-5:
+`...-singletask[-taskN]-v0` -> `...-singletask-task{N}-v0`) take integers and ranges (`0-3`). The runs
 are the cartesian product of the `--grid` axes in the order given, then the tasks, then the seeds (the last varies
 fastest). Everything after `--` is passed to every run unchanged.
 
@@ -161,8 +162,8 @@ def parse_grid(spec: str) -> Axis:
     return Axis(key, tuple(split_values(m.group(2))))
 
 
-def parse_int_list(text: str, flag: str, low: int, high: int) -> List[int]:
-    """`'0,1,2'` or ranges `'0-3'` (inclusive), each in `[low, high]`, no repeats."""
+def parse_int_list(text: str, flag: str, low: int, high: Optional[int]) -> List[int]:
+    """`'0,1,2'` or ranges `'0-3'` (inclusive), each in `[low, high]` (`high` None: no upper bound), no repeats."""
     numbers = []
     for item in text.split(","):
         item = item.strip()
@@ -173,24 +174,26 @@ def parse_int_list(text: str, flag: str, low: int, high: int) -> List[int]:
         if last < first:
             raise InputError(f"--{flag}={text}: the range {item!r} is empty")
         numbers += range(first, last + 1)
-    bad = [n for n in numbers if not low <= n <= high]
+    bad = [n for n in numbers if n < low or (high is not None and n > high)]
     if bad:
-        raise InputError(f"--{flag}={text}: {bad[0]} is not in [{low}, {high}]")
+        raise InputError(f"--{flag}={text}: {bad[0]} is not in [{low}, {high}]" if high is not None else
+                         f"--{flag}={text}: {bad[0]} is below {low}")  # fmt: skip
     repeated = sorted({n for n in numbers if numbers.count(n) > 1})
     if repeated:
         raise InputError(f"--{flag}={text}: {repeated[0]} is listed twice")
     return numbers
 
 
-def with_task(env_name: str, task: int) -> str:
+def with_task(env_name: str, task: int, flag: str = "--tasks") -> str:
     """The env name of task `task` of `env_name`'s domain and data (its family's `with_task`, e.g.
     `cube-double-play-singletask[-taskN]-v0` -> `cube-double-play-singletask-task{task}-v0`); `InputError` for an
-    unknown name or a family or env without numbered tasks."""
+    unknown name, a family or env without numbered tasks, or a task it does not have (its message, after `flag`
+    where it does not name --tasks)."""
     try:
         name = envs.parse(env_name)
         return envs.family(name).with_task(name, task)
     except ValueError as e:
-        raise InputError(str(e)) from None
+        raise InputError(str(e) if str(e).startswith("--tasks") else f"{flag}: {e}") from None
 
 
 def env_short_name(env_name: str) -> str:
@@ -371,7 +374,7 @@ def build_runs(args, fixed: List[str]) -> List[SweepRun]:
         raise InputError(f"--grid={repeated[0]}=... is given twice; list all its values in one --grid")
     seeds = parse_int_list(args.seeds, "seeds", 0, 2**32 - 1)
     groups = seed_groups(seeds, args.seeds_per_process, args.seeds)
-    tasks = parse_int_list(args.tasks, "tasks", 1, 5) if args.tasks else None
+    tasks = parse_int_list(args.tasks, "tasks", 1, None) if args.tasks else None  # which exist: the family's
     if tasks is not None and "env_name" in keys:
         raise InputError("--tasks and --grid=env_name=... together: list the env names with their tasks instead")
     check_flags(driver, axes, fixed)
@@ -389,7 +392,8 @@ def build_runs(args, fixed: List[str]) -> List[SweepRun]:
 
     base_env = flag_value(fixed, "env_name") or DEFAULT_ENV
     if tasks is not None:
-        with_task(base_env, 1)  # raises for an env without tasks
+        for task in tasks:  # the family's with_task says which tasks exist (OGBench: 1-5; none: no numbered tasks)
+            with_task(base_env, task, f"--tasks={args.tasks}")
         fixed = without_flag(fixed, "env_name")
     python = slurm.job_python(args) if args.executor == "slurm" else sys.executable
     driver_path = args.driver_path
@@ -515,8 +519,8 @@ def make_parser() -> argparse.ArgumentParser:
     )
     add(
         "--tasks",
-        help="OGBench task numbers (1-5): each run's --env_name becomes ...-singletask-task{N}-v0 (the --env_name "
-        "after -- gives the domain and dataset type).",
+        help="Task numbers, those the --env_name's family has (OGBench: 1-5): each run's --env_name becomes that "
+        "task's (OGBench: ...-singletask-task{N}-v0; the --env_name after -- gives the domain and dataset type).",
     )
     add(
         "--sweep_name",

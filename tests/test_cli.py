@@ -6,6 +6,7 @@ type, out-of-range values and runs that could never take a gradient step. Parsin
 on a fresh `FlagValues` per case; a few subprocess cases check the real exit status.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -230,11 +231,54 @@ def test_good_command_lines_parse(monkeypatch):
 def test_a_tilde_in_a_path_flag_is_the_home_directory(monkeypatch, tmp_path):
     """`--save_dir=~/x` keeps its '~' past the shell: every path flag expands it (no './~' directory)."""
     monkeypatch.setenv("HOME", str(tmp_path))
-    cfg = parse(monkeypatch, "main", "--save_dir=~/runs", "--dataset_path=~/d.npz", "--ogbench_dataset_dir=~/data")
+    cfg = parse(monkeypatch, "main", "--save_dir=~/runs", "--dataset_path=~/d.npz", "--dataset_dir=~/data")
     assert (cfg.save_dir, cfg.dataset_path) == (f"{tmp_path}/runs", f"{tmp_path}/d.npz")
-    assert cfg.ogbench_dataset_dir == f"{tmp_path}/data"
+    assert cfg.dataset_dir == f"{tmp_path}/data"
+    assert parse(monkeypatch, "main", "--ogbench_dataset_dir=~/old").dataset_dir == f"{tmp_path}/old"  # the old name
     (tmp_path / "plain.py").write_text("from agents.acfql import get_config  # noqa: F401\n")
     assert parse(monkeypatch, "main", "--agent=~/plain.py").agent_file == f"{tmp_path}/plain.py"
+
+
+def test_the_data_folder_flag_is_dataset_dir_and_its_old_name_an_alias(monkeypatch, capsys, tmp_path):
+    """`--dataset_dir` (every family's, `DataOptions.dataset_dir`); `--ogbench_dataset_dir` sets it too, flags.json
+    records only the new name, and both at once are refused (absl would keep the last silently)."""
+    for driver in ("main", "main_online"):
+        for flag in ("--dataset_dir", "--ogbench_dataset_dir"):
+            cfg = parse(monkeypatch, driver, f"{flag}={tmp_path}/d")
+            assert cfg.dataset_dir == f"{tmp_path}/d"
+            assert cfg.flag_values["dataset_dir"] == f"{tmp_path}/d" and "ogbench_dataset_dir" not in cfg.flag_values
+    line = error_of(monkeypatch, capsys, "main", "--dataset_dir=/a", "--ogbench_dataset_dir=/b")
+    assert (
+        line
+        == "error: --ogbench_dataset_dir is the old name of --dataset_dir, and both are given: pass only --dataset_dir."
+    )
+
+
+def test_a_run_recorded_with_the_old_data_folder_flag_resumes(monkeypatch, tmp_path):
+    """A `flags.json` written before the rename (`ogbench_dataset_dir`) is the same run for `--resume`, with the
+    new name or the old one: no setting changed, no move recorded; another folder is a move of `dataset_dir`."""
+    from runner import resume
+
+    common = (f"--save_dir={tmp_path}", "--run_name=r", "--resume", f"--dataset_dir={tmp_path}/data")
+    cfg = parse(monkeypatch, "main", *common)
+    values = {k: v for k, v in cfg.flag_values.items() if k != "dataset_dir"}
+    os.makedirs(resume.run_dir_of(cfg))
+    with open(os.path.join(resume.run_dir_of(cfg), "flags.json"), "w") as f:
+        json.dump({"flags": {**values, "ogbench_dataset_dir": f"{tmp_path}/data"}, "agent": cfg.agent}, f)
+    record = resume.read_record(resume.run_dir_of(cfg))  # what --resume compares (resume.check_runs)
+    assert record["flags"]["dataset_dir"] == f"{tmp_path}/data" and "ogbench_dataset_dir" not in record["flags"]
+    for flag in ("--dataset_dir", "--ogbench_dataset_dir"):
+        again = parse(monkeypatch, "main", *common[:-1], f"{flag}={tmp_path}/data")
+        assert resume.changed_settings(record, again.flag_values, again.agent) == []
+        assert resume.moves(record, again.flag_values) == []
+    # What evaluate_checkpoint.py reads too: the old name as the new; a record with both keeps the new one's value.
+    assert resume.current_names({"seed": 0, "ogbench_dataset_dir": "/x"}) == {"seed": 0, "dataset_dir": "/x"}
+    assert resume.current_names({"dataset_dir": "/y", "ogbench_dataset_dir": "/x"}) == {"dataset_dir": "/y"}
+    moved = parse(monkeypatch, "main", *common[:-1], f"--dataset_dir={tmp_path}/elsewhere")
+    assert resume.changed_settings(record, moved.flag_values, moved.agent) == []  # a move, not a setting
+    assert resume.moves(record, moved.flag_values) == [
+        {"dataset_dir": {"then": f"{tmp_path}/data", "now": f"{tmp_path}/elsewhere"}}
+    ]
 
 
 def _run_driver(script, *args, env=None):

@@ -428,7 +428,7 @@ def test_shards_stream_into_place_one_by_one(generated, tmp_path, server):
 
     server.short = set()
     (line,) = dl.download(parse_names("cube-quadruple-play-100m-v0"), str(target), ogbench_url=server.url)
-    assert line.endswith(f"--ogbench_dataset_dir={shard_dir}")
+    assert line.endswith(f"--dataset_dir={shard_dir}")
     assert [os.path.basename(p) for p in common.list_dataset_shards(str(shard_dir), "cube-quadruple-play-v0")] == names[
         :3
     ]

@@ -307,7 +307,7 @@ def test_downloaded_shards_of_a_new_set_train_a_goal_conditioned_run(cube_file, 
         server.httpd.shutdown()
         server.httpd.server_close()
     directory = tmp_path / "cube-double-play-100m-v0"
-    assert line.endswith(f"--ogbench_dataset_dir={directory}")
+    assert line.endswith(f"--dataset_dir={directory}")
     out = envs.make_env_and_datasets(GOAL_ENV, dataset_dir=str(directory))
     assert len(out.next_shard.paths) == 2 and out.train_dataset["oracle_reps"].shape[1] == 6
     assert all(d["source"] == "official" and d["verified"] for d in out.metadata["datasets"])

@@ -13,7 +13,10 @@ root there; a part never imports a command.
 import ast
 import os
 import re
+import shutil
 import subprocess
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("utils", "envs", "agents", "runner")
@@ -40,11 +43,11 @@ ROOT_ON_PATH = "sys.path.insert(0, ROOT)"
 LIST_CHANGES = ("insert", "append", "extend", "remove", "pop", "clear", "reverse", "sort", "__setitem__", "__iadd__")
 
 
-def project_modules():
-    """``{module name: path}`` for every project module outside tests/ and the venv."""
+def project_modules(root=ROOT):
+    """``{module name: path}`` for every project module outside tests/ and the venv (of the repository at `root`)."""
     modules = {}
-    for dirpath, dirnames, filenames in os.walk(ROOT):
-        rel = os.path.relpath(dirpath, ROOT)
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel = os.path.relpath(dirpath, root)
         dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in ("tests", "exp", "data", "docs")]
         for name in filenames:
             if name.endswith(".py"):
@@ -212,10 +215,10 @@ def test_parts_never_import_a_command():
     assert "scripts.sweeping.run" in imports_of(parts["scripts.sweeping.slurm"], modules)
 
 
-def readme_layout():
+def readme_layout(root=ROOT):
     """`{entry: text}` of the README's layout block: each top-level file or folder it names (`main.py`, `envs/`)
     with the text that describes it (its continuation lines included)."""
-    with open(os.path.join(ROOT, "README.md")) as f:
+    with open(os.path.join(root, "README.md")) as f:
         readme = f.read()
     block = readme.split("## Reading the code and the layout", 1)[1].split("```", 2)[1]
     entries = {}
@@ -228,30 +231,77 @@ def readme_layout():
     return entries
 
 
-def test_the_readmes_layout_is_true():
+# Plug-ins: a file of envs/ that defines a module-level FAMILY is a benchmark family, one of agents/ that defines
+# SPEC an agent (envs/README.md, agents/README.md). One is added as that one file: the layout needs not name it.
+PLUG_INS = {"envs": "FAMILY", "agents": "SPEC"}
+
+
+def is_plug_in(module, path):
+    """Whether `module` (at `path`) is a family file of envs/ or an agent file of agents/ (`PLUG_INS`)."""
+    package, _, name = module.partition(".")
+    if package not in PLUG_INS or not name or "." in name:
+        return False
+    for node in ast.parse(open(path).read()).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if any(isinstance(target, ast.Name) and target.id == PLUG_INS[package] for target in targets):
+            return True
+    return False
+
+
+def check_readme_layout(root=ROOT):
     """Every path the README's layout names exists, and every module outside tests/ is named in its folder's
     entry (a module of a package inside it with the package's folder, e.g. `sweeping/ (run.py ...)`; a package's
-    `__init__.py` by its folder)."""
-    entries = readme_layout()
+    `__init__.py` by its folder), but a family or agent file (`is_plug_in`). `AssertionError` naming the first
+    that is not."""
+    entries = readme_layout(root)
     for entry, text in entries.items():
-        assert os.path.exists(os.path.join(ROOT, entry)), f"README layout: {entry} does not exist"
+        assert os.path.exists(os.path.join(root, entry)), f"README layout: {entry} does not exist"
         if not entry.endswith("/"):
             continue
-        under = [os.path.relpath(os.path.join(d, f), os.path.join(ROOT, entry))
-                 for d, _, files in os.walk(os.path.join(ROOT, entry)) for f in files]  # fmt: skip
+        under = [os.path.relpath(os.path.join(d, f), os.path.join(root, entry))
+                 for d, _, files in os.walk(os.path.join(root, entry)) for f in files]  # fmt: skip
         for named in re.findall(r"[\w/]+\.(?:py|sh|md)\b", text):
             assert any(p == named or p.endswith("/" + named) for p in under), f"README layout: {entry}{named}?"
-    for module, path in project_modules().items():
-        rel = os.path.relpath(path, ROOT)
+    for module, path in project_modules(root).items():
+        rel = os.path.relpath(path, root)
         top = rel.split(os.sep)[0] + ("/" if os.sep in rel else "")
         if top == "tests/":
             continue
         assert top in entries, f"README layout does not name {top}"
+        if is_plug_in(module, path):
+            continue
         parts = rel.split(os.sep)[1:]
         if parts and parts[-1] == "__init__.py":  # a package is named by its folder
             parts = parts[:-1]
         for part in [p + "/" for p in parts[:-1]] + parts[-1:]:
             assert part in entries[top], f"README layout: {top} does not name {part} ({module})"
+
+
+def test_the_readmes_layout_is_true():
+    check_readme_layout()
+
+
+def test_a_family_or_agent_added_as_one_file_needs_no_line_in_the_layout(tmp_path):
+    """envs/README.md's worked example saved as envs/pendulum.py, and an agent file copied under a new name, pass
+    the layout checks unnamed; a module of envs/ that is no family still has to be named."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout.decode()
+    for path in filter(None, tracked.split("\0")):
+        if os.path.isfile(os.path.join(ROOT, path)):
+            os.makedirs(os.path.dirname(os.path.join(tmp_path, path)), exist_ok=True)
+            shutil.copy2(os.path.join(ROOT, path), os.path.join(tmp_path, path))
+    with open(os.path.join(ROOT, "envs", "README.md")) as f:
+        example = re.findall(r"```python\n(.*?)```", f.read(), re.S)[0]
+    (tmp_path / "envs" / "pendulum.py").write_text(example)
+    shutil.copy2(os.path.join(ROOT, "agents", "iql.py"), tmp_path / "agents" / "my_iql.py")
+    check_readme_layout(str(tmp_path))
+    modules = project_modules(str(tmp_path))
+    assert is_plug_in("envs.pendulum", modules["envs.pendulum"]) and is_plug_in(
+        "agents.my_iql", modules["agents.my_iql"]
+    )
+    assert not is_plug_in("envs.common", modules["envs.common"])
+    (tmp_path / "envs" / "helpers.py").write_text("X = 1\n")  # no FAMILY: a shared module, which the layout names
+    with pytest.raises(AssertionError, match=r"envs/ does not name helpers.py"):
+        check_readme_layout(str(tmp_path))
 
 
 def test_no_file_names_a_path_outside_the_repository():

@@ -164,8 +164,10 @@ def test_domain_of(env_name, domain):
 def test_unknown_domain_is_an_error(env_name):
     with pytest.raises(ValueError, match="no paper settings for --env_name="):
         methods.domain_of(env_name)
-    with pytest.raises(ValueError, match="--method=qc: no paper settings"):
+    with pytest.raises(ValueError, match="--method=qc: no paper settings") as error:
         methods.resolve("main", "qc", env_name, {})
+    assert str(error.value).endswith("; run without --method and set the flags yourself (docs/settings.md lists the "
+                                     "paper's).")  # fmt: skip
 
 
 def test_a_bad_part_of_a_known_name_is_the_familys_error_not_a_missing_domain():
@@ -180,7 +182,7 @@ def test_a_bad_part_of_a_known_name_is_the_familys_error_not_a_missing_domain():
 def test_a_domain_only_another_method_has_is_an_error():
     # puzzle-4x4 takes puzzle-4x5's DQC values; the Q-chunking paper has none for it.
     assert methods.domain_of("puzzle-4x4-play-oraclerep-v0") == "puzzle-4x4"
-    with pytest.raises(ValueError, match="--method=qc: the paper has no values for puzzle-4x4"):
+    with pytest.raises(ValueError, match="--method=qc: the paper has no values for puzzle-4x4.*; run without --method"):
         methods.resolve("main", "qc", "puzzle-4x4-play-oraclerep-v0", {})
 
 

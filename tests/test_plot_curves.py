@@ -183,7 +183,7 @@ def test_label_domain_values_and_data_source():
     assert names("square-mh-low_dim", None) == ("square", "square")
     assert names("lift-ph-low_dim", None) == ("lift-ph", "lift-ph")
     assert names("cube-double-play-oraclerep-v0", None) == ("cube-double", "cube-double-play-oraclerep-v0")
-    assert names("transport-mh-low_dim", None) == ("transport-mh-low_dim",) * 2  # no paper values
+    assert names("transport-mh-low_dim", None) == ("transport", "transport")  # no paper values: still its names
 
 
 # ------------------------------------------------------------------------------------------------ statistics
@@ -340,6 +340,51 @@ def test_command_writes_figure_and_table(sweep, tmp_path, capsys):
         ("8000", "0.45"),
         ("10000", "0.5"),
     ]
+
+
+def _family_run(directory, env, seed=0, agent=QC_AGENT):
+    """A QC run whose `flags.json` carries `env` as its env block (as a family's run records it)."""
+    record = {**_record(agent, env["name"], seed, env["task"]), "env": env}
+    write_run(directory, record, [(4000, 0.2), (8000, 0.4), (10000, 0.6)])
+
+
+def test_a_family_the_papers_did_not_run_has_its_own_panels_and_no_paper_curve(tmp_path, capsys):
+    """A family added since the papers (a `family` outside `methods.PAPER_FAMILIES`) names its panels with its own
+    `paper_domain` and `short`, and gets no released curve, even with names spelled like the paper's; the note that
+    the paper's curves span 2M steps comes only with a paper curve."""
+    env = {"family": "lookalike", "name": "lookalike-task2-v1", "domain": "cube-double", "dataset_type": "play",
+           "task": 2, "goal_conditioned": False, "paper_domain": "cube-double-like",
+           "paper_task": "cube-double-play-task2", "short": "lookalike-t2"}  # fmt: skip
+    for seed in (0, 1):
+        _family_run(tmp_path / "runs" / f"like_sd{seed}", env, seed)
+    for per_task, panel in ((False, "cube-double-like"), (True, "lookalike-t2")):
+        out = tmp_path / f"plots{per_task}"
+        argv = [str(tmp_path / "runs"), f"--out_dir={out}", "--reps=50"] + (["--per_task"] if per_task else [])
+        assert pc.main(argv) == 0
+        printed = capsys.readouterr().out
+        with open(out / "curves.csv") as f:
+            assert {(r["panel"], r["tasks"]) for r in csv.DictReader(f)} == {(panel, "lookalike-t2")}
+        assert "the paper's curves span 2M steps" not in printed  # no paper curve is drawn
+        rows = [line for line in (out / "table.md").read_text().splitlines() if line.startswith("| QC |")]
+        assert rows and all(line.endswith("| — |") for line in rows), rows  # no paper number beside it
+    # Its paper_domain spelled like a paper domain: still no paper curve; beside OGBench's runs of that domain, refused.
+    _family_run(tmp_path / "alike" / "like_sd0", {**env, "paper_domain": "cube-double"})
+    assert pc.main([str(tmp_path / "alike"), f"--out_dir={tmp_path / 'p2'}", "--reps=50"]) == 0
+    assert "the paper's curves span 2M steps" not in capsys.readouterr().out
+    assert "@2M (QC" not in (tmp_path / "p2" / "table.md").read_text()
+    ogbench = _record(QC_AGENT, "cube-double-play-singletask-task2-v0", 0, 2)
+    write_run(tmp_path / "alike" / "ogbench_sd0", ogbench, [(4000, 0.2), (8000, 0.4)])
+    assert pc.main([str(tmp_path / "alike"), f"--out_dir={tmp_path / 'p3'}", "--reps=50"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "the families lookalike (" in error[0] and "are all named 'cube-double'" in error[0]
+    # OGBench's runs alone: the paper's curve is drawn, and the note comes with it; a run of no paper method: none.
+    os.remove(tmp_path / "alike" / "like_sd0" / "flags.json")
+    assert pc.main([str(tmp_path / "alike" / "ogbench_sd0"), f"--out_dir={tmp_path / 'p4'}", "--reps=50"]) == 0
+    assert "the paper's curves span 2M steps (--no_paper to zoom in)" in capsys.readouterr().out
+    toy = _record({"agent_name": "toy", "toy_weight": 0.5}, "cube-double-play-singletask-task2-v0", 0, 2)
+    write_run(tmp_path / "toy" / "toy_sd0", toy, [(4000, 0.2), (8000, 0.4)])
+    assert pc.main([str(tmp_path / "toy"), f"--out_dir={tmp_path / 'p5'}", "--reps=50"]) == 0
+    assert "the paper's curves span 2M steps" not in capsys.readouterr().out
 
 
 def test_a_tilde_in_paths_is_the_home_directory(sweep, tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 
+import gymnasium
 import jax
 import pytest
 
@@ -31,8 +32,9 @@ def _cpuinfo_says_avx512():
 def test_made_by_on_this_machine():
     record = log_utils.made_by()
     assert set(record) == {"commit", "uncommitted_changes", "versions", "python", "cpu", "devices"}
-    assert set(record["versions"]) == {"jax", "jaxlib", "flax", "optax", "mujoco", "ogbench"}
+    assert set(record["versions"]) == {"jax", "jaxlib", "flax", "optax", "gymnasium", "mujoco", "ogbench"}
     assert record["versions"]["jax"] == jax.__version__  # a version read from the package, not made up
+    assert record["versions"]["gymnasium"] == gymnasium.__version__  # every family's env API (envs/README.md)
     assert all(isinstance(v, str) and re.match(r"^\d+\.\d+", v) for v in record["versions"].values())
     assert record["cpu"]["avx512"] == _cpuinfo_says_avx512()
     assert record["cpu"]["cores"] == os.cpu_count()

@@ -173,7 +173,9 @@ def test_run_names_are_sanitized_and_unique(capsys):
         (["--grid=agent.bc_alpha=0,1"], "main.py has no flag --agent.bc_alpha"),
         (["--grid=method=rlpd"], "'rlpd' is not a method of main.py"),
         (["--seeds=0,x"], "not an integer"),
-        (["--tasks=6"], "not in [1, 5]"),
+        (["--tasks=6"], "--tasks=6: task 6 of cube-double: OGBench tasks are 1..5."),  # the family's tasks
+        (["--tasks=2-7"], "--tasks=2-7: task 6 of cube-double: OGBench tasks are 1..5."),
+        (["--tasks=0"], "--tasks=0: 0 is below 1"),
         (["--tasks=1", "--", "--env_name=lift-mh-low_dim"], "--tasks needs an OGBench single-task"),
         (["--grid=horizon_length=1,5", "--", "--horizon_length=3"], "both swept"),
         (["--", "--run_name=x"], "set by the sweep"),

@@ -33,20 +33,42 @@ def parse_absl_flags(argv):
     return rest
 
 
-def quiet_startup():
+def quiet_startup(dm_control: bool = True):
     """Silence the start-up messages that say nothing about the run (docs/outputs.md, "Logs", lists them): GLFW's
-    missing DISPLAY, dm_control's OpenGL backend and MuJoCo version, gymnasium's float32 casts, JAX's missing
-    accelerators. Call it before the first env is built. A `MUJOCO_GL` backend that cannot start ends the
-    process here with one `error:` line and exit status 2.
+    missing DISPLAY, gymnasium's float32 casts, JAX's missing accelerators, and with `dm_control` (the OGBench
+    tools) dm_control's (`quiet_dm_control`). Call it before the first env is built. The drivers pass
+    `dm_control=False`: only a family whose envs use it imports dm_control (envs/ogbench.py). With `dm_control`, a
+    `MUJOCO_GL` backend that cannot start ends the process here with one `error:` line and exit status 2.
     """
     warnings.filterwarnings("ignore", message=".*DISPLAY environment variable is missing")
     warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
     import logging
 
     logging.getLogger("jax").setLevel(logging.WARNING)  # e.g. its backend search (no TPU, no GPU) at INFO
-    absl_logger = logging.getLogger("absl")
-    level = absl_logger.level
-    absl_logger.setLevel(logging.WARNING)
+    if dm_control:
+        try:
+            quiet_dm_control()
+        except ValueError as e:
+            exit_with_error(str(e))
+
+
+def quiet_dm_control():
+    """Import dm_control without its start-up lines (the OpenGL backend it picked, the MuJoCo version, logged at
+    INFO); a no-op once it is imported. A family whose envs use dm_control calls it before it builds one.
+
+    Raises:
+        ValueError: `MUJOCO_GL` names a backend that cannot start (no backend dm_control knows, or one whose library
+            is missing): one line naming `MUJOCO_GL` and the fix.
+    """
+    if "dm_control.mjcf" in sys.modules:
+        return
+    import logging
+
+    # dm_control logs through absl; PyOpenGL (its OpenGL backends) through its own loggers: the libraries it tried.
+    loggers = [logging.getLogger(name) for name in ("absl", "OpenGL")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)
     try:
         import dm_control._render  # noqa: F401 - (imported by OGBench) logs the OpenGL backend it picked, at INFO
         import dm_control.mjcf  # noqa: F401 - and the MuJoCo version
@@ -54,13 +76,14 @@ def quiet_startup():
         backend = os.environ.get("MUJOCO_GL")
         if backend is None:
             raise
-        # An unknown backend, or one whose library is missing: dm_control fails at import, before any run.
-        exit_with_error(
+        # An unknown backend, or one whose library is missing: dm_control fails at import, before any env.
+        raise ValueError(
             f"MUJOCO_GL={backend} cannot start ({type(e).__name__}: {e}); unset MUJOCO_GL, or install the "
             "library it needs (osmesa: libosmesa6, egl: libegl1)."
-        )
+        ) from None
     finally:
-        absl_logger.setLevel(level)
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def compilation_cache_dir(flag: Optional[str]) -> Optional[str]:

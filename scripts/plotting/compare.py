@@ -99,8 +99,9 @@ def pooled_verdict(by_draw: Sequence[Sequence[float]], episodes: int, p: float, 
 
 
 def at_paper_settings(run: Run) -> bool:
-    """A run of a paper method whose label names no setting that differs from the paper's."""
-    return run.method is not None and run.label.removesuffix(" (generated data)") == run.method
+    """A run of a paper method, on a family the papers ran, whose label names no setting that differs from the
+    paper's."""
+    return run.paper_family and run.method is not None and run.label.removesuffix(" (generated data)") == run.method
 
 
 def paper_step(run: Run, step: int) -> Optional[int]:

@@ -101,17 +101,20 @@ def legend_plan(curves: Sequence[Curve], paper: Dict, per_task: bool):
     `legend`: `(name, style, dashed)` entries, `''` for a blank; `columns`: legend columns.
     """
     styles = _styles(curves)
-    paper_methods = sorted(
-        {c.method for c in curves if paper and _panel_paper(curves, paper, c.panel, c.method, per_task)},
-        key=lambda method: label_key(method, method),
-    )
+    methods_drawn = paper_methods_drawn(curves, paper, per_task)
     num_panels = len({c.panel for c in curves})
     groups = [(label, next(c.method for c in curves if c.label == label)) for label in sorted_labels(curves)]
-    longest = max([len(label) for label, _ in groups] + [len(f"{m} (paper)") for m in paper_methods], default=0)
+    longest = max([len(label) for label, _ in groups] + [len(f"{m} (paper)") for m in methods_drawn], default=0)
     width = figure_size(num_panels, 0, per_task)[0]
     max_columns = _fitting_columns(width, longest, legend_columns(num_panels, per_task))
-    legend, columns = _legend_entries(groups, paper_methods, styles, max_columns)
-    return styles, paper_methods, groups, legend, columns
+    legend, columns = _legend_entries(groups, methods_drawn, styles, max_columns)
+    return styles, methods_drawn, groups, legend, columns
+
+
+def paper_methods_drawn(curves: Sequence[Curve], paper: Dict, per_task: bool) -> List[str]:
+    """The paper methods whose released curve the figure draws in some panel (in legend order); [] for none."""
+    drawn = {c.method for c in curves if paper and _panel_paper(curves, paper, c.panel, c.method, per_task)}
+    return sorted(drawn, key=lambda method: label_key(method, method))
 
 
 def draw_figure(
@@ -280,6 +283,8 @@ def _paper_style(method: str, groups: Sequence[Tuple[str, Optional[str]]], style
 
 def _panel_paper(curves, paper, panel, method, per_task) -> Optional[PaperCurve]:
     shown = [c for c in curves if c.panel == panel and c.method == method]
+    if not all(r.paper_family for c in shown for r in c.runs):  # a family the papers did not run: no paper curve
+        return None
     tasks = sorted({t for c in shown for t in c.tasks}, key=task_key)
     goal_conditioned = all(r.goal_conditioned for c in shown for r in c.runs)
     return paper_curve(paper, method, panel, tasks, per_task, goal_conditioned) if tasks else None

@@ -196,17 +196,16 @@ def data_source(record: Dict) -> str:
 
 
 def domain_and_task(env: Mapping, task_id: Optional[int]) -> Tuple[str, str]:
-    """`(domain, task)` names as the paper's files spell them, from a run's `env` block (`envs.record_of`: its
-    `paper_domain`, `paper_task`). `('cube-double', 'cube-double-play-task2')`; robomimic multi-human `('lift',
-    'lift')`; data the paper did not use keeps its type: `('cube-double-noisy', 'cube-double-noisy-task2')`,
-    `('lift-ph', 'lift-ph')`. A default-task run is named by the task it ran (`task_id`, from its record). An env
-    without paper settings is its own domain and task."""
+    """`(domain, task)` names of a run's panels, from its `env` block (`envs.record_of`). A family the papers ran
+    (`methods.PAPER_FAMILIES`): as the paper's files spell them, its `paper_domain`, `paper_task`: `('cube-double',
+    'cube-double-play-task2')`; robomimic multi-human `('lift', 'lift')`; data the paper did not use keeps its type:
+    `('cube-double-noisy', 'cube-double-noisy-task2')`, `('lift-ph', 'lift-ph')`; a default-task run is named by
+    the task it ran (`task_id`, from its record). Any other family: its own `paper_domain` and `short`
+    (`('pendulum', 'pendulum')`). A name no family here knows is its own domain and task."""
     if "paper_domain" not in env:  # a name no family here knows
         return env["name"], env["name"]
-    try:
-        methods.domain_of(env["name"])
-    except ValueError:
-        return env["name"], env["name"]
+    if env["family"] not in methods.PAPER_FAMILIES:
+        return env["paper_domain"], env["short"]
     if task_id is not None and env["task"] is None and not env["goal_conditioned"]:
         return env["paper_domain"], f"{env['domain']}-{env['dataset_type']}-task{task_id}"
     return env["paper_domain"], env["paper_task"]
@@ -250,6 +249,12 @@ class Run:
         """The success at logged step `step`; NaN where the run has none."""
         hit = np.flatnonzero(self.steps == step)
         return float(self.success[hit[0]]) if hit.size else math.nan
+
+    @property
+    def paper_family(self) -> bool:
+        """The run's env is of a family the papers ran (`methods.PAPER_FAMILIES`): only then is a paper curve
+        drawn beside it."""
+        return self.family in methods.PAPER_FAMILIES
 
     @property
     def end_of_offline(self) -> Optional[int]:
@@ -655,6 +660,21 @@ def task_key(task: str) -> Tuple:
 
 def _domain_key(domain: str) -> Tuple:
     return (DOMAIN_ORDER.index(domain) if domain in DOMAIN_ORDER else len(DOMAIN_ORDER), domain)
+
+
+def check_panels(runs: Sequence[Run]):
+    """`InputError` where runs of two families share a domain name (a family's `paper_domain` spelled like another
+    family's): one panel and one curve would mix two benchmarks."""
+    families: Dict[str, Dict[str, str]] = {}
+    for run in runs:
+        families.setdefault(run.domain, {}).setdefault(run.family, run.source)
+    for domain, found in families.items():
+        if len(found) > 1:
+            named = " and ".join(f"{family} ({source})" for family, source in sorted(found.items()))
+            raise InputError(
+                f"the runs of the families {named} are all named {domain!r} (each family's EnvName.paper_domain): "
+                "one panel would mix two benchmarks; plot them apart, or give the family its own paper_domain"
+            )
 
 
 def panel_of(run: Run, per_task: bool) -> str:

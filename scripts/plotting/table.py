@@ -119,7 +119,8 @@ def build_table(
                 method = group[0].method
                 tasks = sorted({r.task for r in group}, key=task_key)
                 gc = all(r.goal_conditioned for r in group)
-                curve = paper_curve(paper, method, panel, tasks, per_task, gc) if paper else None
+                drawn = paper and all(r.paper_family for r in group)  # only a family the papers ran
+                curve = paper_curve(paper, method, panel, tasks, per_task, gc) if drawn else None
                 offline, offline_steps = _phase_cell(group, tasks, "offline", aggregate, reps, seed)
                 end, end_steps = _phase_cell(group, tasks, "training", aggregate, reps, seed)
                 online_only = group[0].driver == "main_online"
