@@ -706,7 +706,7 @@ def parse_env_name(env_name: str) -> EnvName | None:
         paper_domain = domain if dataset_type == "play" else f"{domain}-{dataset_type}"
         task = "default" if parsed.task_id is None else f"task{parsed.task_id}"
         paper_task = f"{domain}-{dataset_type}-{task}"
-        short = paper_domain + ("" if parsed.task_id is None else f"-t{_ENV_RE.match(env_name)['task']}")  # as typed
+        short = paper_domain + ("" if parsed.task_id is None else f"-t{parsed.task_id}")  # task01: t1, as task1
     goal = parsed.oraclerep
     return EnvName("ogbench", env_name, domain, dataset_type, parsed.task_id, goal, paper_domain, paper_task, short)
 
