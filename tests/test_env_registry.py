@@ -1,10 +1,10 @@
 """The env registry (`envs/__init__.py`) refuses what it cannot trust, naming the family file.
 
-Each test saves family files into a copy of `envs/` (and the `utils/` it imports), beside envs/README.md's
-Pendulum example, and parses names in a fresh process there, as a run would: two families that claim one name,
-a `parse` that raises `ValueError` for names not its own, a file that raises at import (SystemExit too), a
-`FAMILY` or field of the wrong kind, and a `parse` that returns something else than its own `EnvName`.
-The rule they follow: envs/README.md, "How the registry asks the families".
+Each test saves family files into a copy of the repository's tracked files, beside envs/README.md's Pendulum
+example, and parses names in a fresh process there, as a run would (one runs `main.py`): two families that
+claim one name, a `parse` that raises `ValueError` for names not its own, a file that raises at import
+(SystemExit too), a `FAMILY` or field of the wrong kind, and a `parse` that returns something else than its own
+`EnvName`. The rule they follow: envs/README.md, "How the registry asks the families".
 """
 
 import os
@@ -45,9 +45,11 @@ def own(name, env_name="env_name"):
 
 @pytest.fixture
 def repo(tmp_path):
-    """A copy of the tracked files of envs/ and utils/, with envs/README.md's example saved as envs/pendulum.py."""
-    tracked = subprocess.run(["git", "ls-files", "-z", "envs", "utils"], cwd=ROOT, capture_output=True, check=True)
+    """A copy of the repository's tracked files, with envs/README.md's example saved as envs/pendulum.py."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True)
     for path in filter(None, tracked.stdout.decode().split("\0")):
+        if not os.path.isfile(os.path.join(ROOT, path)):
+            continue  # deleted in the work tree
         os.makedirs(os.path.dirname(tmp_path / path), exist_ok=True)
         shutil.copy2(os.path.join(ROOT, path), tmp_path / path)
     (tmp_path / "envs" / "pendulum.py").write_text(example_family())
@@ -83,6 +85,16 @@ def test_a_parse_that_claims_every_name_collides_with_ogbench(repo):
         "so the parse of each family it is not for must return None for it (envs/README.md)."
     )
     assert lines[1] == "greedy"  # a name only it claims is its
+
+    # A run of the name: one error line before anything is made (the file named), not a cube run on other data.
+    save = repo / "runs"
+    command = [sys.executable, "main.py", f"--env_name={OGBENCH}", f"--save_dir={save}", "--run_name=r"]
+    run = subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=300, env=dict(os.environ,
+                         JAX_PLATFORMS="cpu", WANDB_MODE="disabled"))  # fmt: skip
+    assert (
+        run.returncode == 2 and run.stderr.strip().splitlines()[-1] == f"error: {lines[0].removeprefix('ValueError ')}"
+    )
+    assert not save.exists()
 
 
 def test_a_parse_that_raises_value_error_for_names_not_its_own_is_named_and_stops_no_other_family(repo):
