@@ -47,6 +47,7 @@ from envs.common import (
     list_dataset_shards,
     read_npz,
     sparse_reward_transform,
+    val_path_for,
 )
 from utils import seeding
 from utils.files import non_file_kind
@@ -375,7 +376,9 @@ def _ways_to_get(path: str, dataset_name: str, goal_conditioned: bool = False) -
                 "To reproduce the paper, download the official shards (network access to rail.eecs.berkeley.edu):",
                 f"  {download_command(shard_set, parent)}  (fetches the shards not present)",
             ]
-        if not expert:
+        if not expert and os.path.lexists(path):  # a shard keeps its name: never a command that writes over it
+            lines += [f"Without network, move {path} away first: a run then gives the command that generates it."]
+        elif not expert:
             generate = generator_command(dataset_name, path, SHARD_EPISODES, int(index[1]) if index else 0)
             lines += [
                 "Without network, generate this shard locally with OGBench's oracles (same procedure, different "
@@ -413,10 +416,14 @@ def _ways_to_get(path: str, dataset_name: str, goal_conditioned: bool = False) -
                 generate = shard_generator_command(paper_set)
                 how = f"not hosted, generate it: {generate}; then --ogbench_dataset_dir={shards}"
             lines += [f"(the paper's {domain} runs use the large set {paper_set} instead:", f"  {how})"]
-        if not expert:
+        save_path = _free_save_path(path, dataset_name)
+        if not expert and save_path is None:
+            lines += [f"Without network, move {path} away first: a run then gives the command that generates it."]
+        elif not expert:
+            then = "" if save_path == path else f"  (then --dataset_path={shlex.quote(save_path)})"
             lines += [
                 "Without network, generate it locally with OGBench's oracles (same procedure, different random draws):",
-                f"  {generator_command(dataset_name, save_path=path)}",
+                f"  {generator_command(dataset_name, save_path=save_path)}{then}",
             ]
     if expert:
         lines.append(
@@ -424,6 +431,36 @@ def _ways_to_get(path: str, dataset_name: str, goal_conditioned: bool = False) -
             "experts), not from scripted oracles: it cannot be generated here."
         )
     return "\n".join(lines)
+
+
+def _free_save_path(path: str, dataset_name: str) -> str | None:
+    """Where a suggested generate command writes the file `path` stands for: `path` when nothing is there (a
+    missing file); else `<its folder>/<dataset_name>.npz` when that and its `-val` file are free; else None. An
+    error never suggests writing over a file the user has (a good file of another env, or one to look at)."""
+    if not os.path.lexists(path):
+        return path
+    own = os.path.join(os.path.dirname(os.path.abspath(path)), f"{dataset_name}.npz")
+    return own if not os.path.lexists(own) and not os.path.lexists(val_path_for(own)) else None
+
+
+def _fix_for(path: str, dataset_name: str) -> str:
+    """What to do with a file that failed a check: a file of `dataset_name` (so says its generator's record, or
+    else its name, as a shard's) is damaged: delete it (a download skips a file that exists); any other is left
+    alone (it may be a good file of another env): use a good file instead."""
+    try:
+        metadata = provenance.read_generator_metadata(path)
+    except Exception:  # noqa: BLE001 - a file too damaged to read its record: its name decides
+        metadata = None
+    named = None if metadata is None else provenance.named_dataset({**metadata, "source": "generated"})
+    if named is None:
+        mine = os.path.basename(path).startswith(dataset_name[: -len("-v0")])
+        return "Delete it and get it again." if mine else f"Use a good {dataset_name} file instead."
+    held, where = named
+    return (
+        "Delete it and get it again."
+        if held == dataset_name
+        else f"It holds {held} ({where}): use a {dataset_name} file instead."
+    )
 
 
 def _missing_file_error(path: str, dataset_name: str, goal_conditioned: bool = False) -> FileNotFoundError:
@@ -440,7 +477,7 @@ def read_trajectories(
         raise _missing_file_error(path, dataset_name, goal_conditioned)
 
     def regenerate():
-        return f"Delete it and get it again.\n{_ways_to_get(path, dataset_name, goal_conditioned)}"
+        return f"{_fix_for(path, dataset_name)}\n{_ways_to_get(path, dataset_name, goal_conditioned)}"
 
     keys = TRAJECTORY_KEYS + (("button_states",) if needs_buttons else ())
     return read_npz(path, keys, ("observations", "actions", "qpos", "qvel"), FINITE_KEYS, regenerate)
@@ -666,6 +703,7 @@ def load(name: EnvName, options: DataOptions) -> EnvAndDatasets:
     env.reset(seed=seeding.env_seed(options.seed, "env"))
     used = [(p, "train") for p in train_paths] + ([] if val is None else [(val_path, "val")])
     datasets = [provenance.npz_provenance(p, role, options.hash_datasets) for p, role in used]
+    check_recorded_datasets(datasets, env_name)
     return EnvAndDatasets(
         env=env,
         eval_env_seed=seeding.env_seed(options.seed, "eval_env"),
@@ -678,6 +716,37 @@ def load(name: EnvName, options: DataOptions) -> EnvAndDatasets:
         goal_conditioned=goal_conditioned,
         task_names=tuple(metadata.get("task_names", ())),
     )
+
+
+def _env_of_dataset(dataset_name: str, like: OGBenchName) -> str | None:
+    """The training env of the same kind as `like` (its task, or goal-conditioned) on `dataset_name`'s data;
+    None when there is none (not an OGBench dataset name, or a domain without such envs)."""
+    try:
+        parsed = parse_ogbench_name(dataset_name)
+        if parsed is None or parsed.dataset_type is None:
+            return None
+        env_name = OGBenchName(parsed.domain, parsed.dataset_type, like.task_id, like.oraclerep).env_name
+        return env_name if parse_env_name(env_name) is not None else None
+    except ValueError:  # a type the domain does not have
+        return None
+
+
+def check_recorded_datasets(records: list[dict], env_name: str) -> None:
+    """Each file's record (`provenance.npz_provenance`) names the dataset of `env_name`, where it names one
+    (`provenance.named_dataset`: the generator's settings, or a verified download); `ValueError` naming the first
+    file whose record names another (e.g. play data under a `noisy` name, which relabelling does not notice)."""
+    name = training_name(env_name)
+    for record in records:
+        named = provenance.named_dataset(record)
+        if named is None or named[0] == name.dataset_name:
+            continue
+        held, where = named
+        other = _env_of_dataset(held, name)
+        train_on_it = f", or --env_name={other} to train on this file" if other else ""
+        raise ValueError(
+            f"Dataset file {record['path']} holds {held} ({where}), not {name.dataset_name}, the data of "
+            f"{env_name}: pass a {name.dataset_name} file{train_on_it}."
+        )
 
 
 def envs_for_seed(env_data: EnvAndDatasets, name: EnvName, seed: int) -> EnvAndDatasets:
