@@ -18,6 +18,7 @@ simulator state of the row the success timing names:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib.metadata
@@ -434,32 +435,29 @@ def _ways_to_get(path: str, dataset_name: str, goal_conditioned: bool = False) -
 
 
 def _free_save_path(path: str, dataset_name: str) -> str | None:
-    """Where a suggested generate command writes the file `path` stands for: `path` when nothing is there (a
-    missing file); else `<its folder>/<dataset_name>.npz` when that and its `-val` file are free; else None. An
-    error never suggests writing over a file the user has (a good file of another env, or one to look at)."""
+    """Where a suggested generate command may write the file `path` stands for, never over a file: `path` when
+    missing, else `<its folder>/<dataset_name>.npz` when it and its `-val` file are free, else None."""
+    own = os.path.join(os.path.dirname(os.path.abspath(path)), f"{dataset_name}.npz")
     if not os.path.lexists(path):
         return path
-    own = os.path.join(os.path.dirname(os.path.abspath(path)), f"{dataset_name}.npz")
     return own if not os.path.lexists(own) and not os.path.lexists(val_path_for(own)) else None
 
 
 def _fix_for(path: str, dataset_name: str) -> str:
-    """What to do with a file that failed a check: a file of `dataset_name` (so says its generator's record, or
-    else its name, as a shard's) is damaged: delete it (a download skips a file that exists); any other is left
-    alone (it may be a good file of another env): use a good file instead."""
+    """What to do with a file that failed a check: one of `dataset_name` (so says its generator's record, else its
+    name, as a shard's) is damaged: delete it (a download skips a file that exists); any other may be a good file
+    of another env, left alone."""
     try:
         metadata = provenance.read_generator_metadata(path)
     except Exception:  # noqa: BLE001 - a file too damaged to read its record: its name decides
         metadata = None
-    named = None if metadata is None else provenance.named_dataset({**metadata, "source": "generated"})
-    if named is None:
-        mine = os.path.basename(path).startswith(dataset_name[: -len("-v0")])
-        return "Delete it and get it again." if mine else f"Use a good {dataset_name} file instead."
-    held, where = named
+    held, where = (metadata and provenance.named_dataset({**metadata, "source": "generated"})) or (None, None)
+    if held == dataset_name or (held is None and os.path.basename(path).startswith(dataset_name[: -len("-v0")])):
+        return "Delete it and get it again."
     return (
-        "Delete it and get it again."
-        if held == dataset_name
-        else f"It holds {held} ({where}): use a {dataset_name} file instead."
+        f"It holds {held} ({where}): use a {dataset_name} file instead."
+        if held
+        else f"Use a good {dataset_name} file instead."
     )
 
 
@@ -718,31 +716,21 @@ def load(name: EnvName, options: DataOptions) -> EnvAndDatasets:
     )
 
 
-def _env_of_dataset(dataset_name: str, like: OGBenchName) -> str | None:
-    """The training env of the same kind as `like` (its task, or goal-conditioned) on `dataset_name`'s data;
-    None when there is none (not an OGBench dataset name, or a domain without such envs)."""
-    try:
-        parsed = parse_ogbench_name(dataset_name)
-        if parsed is None or parsed.dataset_type is None:
-            return None
-        env_name = OGBenchName(parsed.domain, parsed.dataset_type, like.task_id, like.oraclerep).env_name
-        return env_name if parse_env_name(env_name) is not None else None
-    except ValueError:  # a type the domain does not have
-        return None
-
-
 def check_recorded_datasets(records: list[dict], env_name: str) -> None:
     """Each file's record (`provenance.npz_provenance`) names the dataset of `env_name`, where it names one
-    (`provenance.named_dataset`: the generator's settings, or a verified download); `ValueError` naming the first
-    file whose record names another (e.g. play data under a `noisy` name, which relabelling does not notice)."""
+    (`provenance.named_dataset`); `ValueError` naming the first file whose record names another (e.g. play data
+    under a `noisy` name, which relabelling does not notice) and the env of the same kind on its data."""
     name = training_name(env_name)
     for record in records:
-        named = provenance.named_dataset(record)
-        if named is None or named[0] == name.dataset_name:
+        held, where = provenance.named_dataset(record) or (name.dataset_name, None)
+        if held == name.dataset_name:
             continue
-        held, where = named
-        other = _env_of_dataset(held, name)
-        train_on_it = f", or --env_name={other} to train on this file" if other else ""
+        parsed = None
+        with contextlib.suppress(ValueError):  # a dataset type its domain does not have
+            parsed = parse_ogbench_name(held)
+        # The env of the same task (or goal-conditioned) on the file's data, where there is one.
+        other = parsed and OGBenchName(parsed.domain, parsed.dataset_type, name.task_id, name.oraclerep).env_name
+        train_on_it = f", or --env_name={other} to train on this file" if other and parse_env_name(other) else ""
         raise ValueError(
             f"Dataset file {record['path']} holds {held} ({where}), not {name.dataset_name}, the data of "
             f"{env_name}: pass a {name.dataset_name} file{train_on_it}."
