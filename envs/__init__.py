@@ -9,8 +9,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
+import numbers
 import os
 import pkgutil
+import sys
 
 import numpy as np
 
@@ -22,9 +24,10 @@ _DIR = os.path.dirname(os.path.abspath(__file__))
 # Modules of envs/ that are not families: the shared pieces, the provenance records and the two data tools.
 _NOT_FAMILIES = ("common", "provenance", "generate_dataset", "download_datasets")
 FAMILIES: dict[str, Family] = {}
-# Family files that are left out, {path: why}: one that cannot be imported, or two that claim one family name (a
-# copy that kept its name: which one ran would depend on the order of files). They stop no other family's runs;
-# the unknown-name error names them.
+# Family files that are left out, {path: why}: one that cannot be imported (whatever it raises, SystemExit too),
+# whose FAMILY is no usable `Family` (`check_family`), or two that claim one family name (a copy that kept its
+# name: which one ran would depend on the order of files). They stop no other family's runs; the unknown-name
+# error names them (envs/README.md, "How the registry asks the families").
 PROBLEMS: dict[str, str] = {}
 _FILES: dict[str, str] = {}  # family name -> the file that defines it
 
@@ -33,25 +36,113 @@ class UnknownEnvName(ValueError):
     """A name no family parses (`parse`)."""
 
 
-for _info in sorted(pkgutil.iter_modules([_DIR]), key=lambda m: m.name):
-    if _info.name.startswith("_") or _info.name in _NOT_FAMILIES:
-        continue
-    _path = f"envs/{_info.name}.py"
+def _shown(value, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_family(family) -> None:
+    """`ValueError('FAMILY.<field> must be ..., got ...')` for the first field of a family file's `FAMILY` that
+    the registry or the drivers could not use (envs/README.md lists what each must be); nothing for a good one."""
+    if not isinstance(family, Family):
+        tuple_of_one = isinstance(family, tuple) and any(isinstance(f, Family) for f in family)
+        hint = ": the comma after Family(...) makes it a tuple" if tuple_of_one else ""
+        raise ValueError(f"FAMILY is a {type(family).__name__}, not an envs.common.Family{hint}")
+    patterns = family.patterns
+    size = family.env_bytes
+    checks = [
+        ("name", isinstance(family.name, str) and family.name != "", "a non-empty string, e.g. 'pendulum'"),
+        (
+            "patterns",
+            isinstance(patterns, tuple) and len(patterns) > 0 and all(isinstance(p, str) and p for p in patterns),
+            "a tuple of env-name patterns (strings), e.g. ('pendulum-random-v1',)",
+        ),
+        *[(f, callable(getattr(family, f)), "a function") for f in ("parse", "load", "envs_for_seed")],
+        ("renders", isinstance(family.renders, bool), "True or False"),
+        ("env_bytes", isinstance(size, numbers.Integral) and not isinstance(size, bool) and size >= 0, "an int >= 0"),
+        *[(f, callable(getattr(family, f)), "a function") for f in ("sparse_default", "with_task")],
+    ]
+    for field, ok, what in checks:
+        if not ok:
+            raise ValueError(f"FAMILY.{field} must be {what}, got {_shown(getattr(family, field))}")
+
+
+class _HeldStderr:
+    """`sys.stderr` while a family file is imported: what is written is held (`release` returns it), and passed
+    straight through after `release`, so that a stream captured during the import (a logging handler) still
+    reaches the real stderr."""
+
+    def __init__(self, target):
+        self._target, self._held = target, []
+
+    def write(self, text):
+        if self._held is None:
+            return self._target.write(text)
+        self._held.append(text)
+        return len(text)
+
+    def flush(self):
+        if self._held is None:
+            self._target.flush()
+
+    def release(self) -> str:
+        text, self._held = "".join(self._held or ()), None
+        return text
+
+    def __getattr__(self, name):
+        return getattr(self._target, name)
+
+
+def _import(module: str):
+    """`(envs.<module>, None)`, or `(None, why)` for a file that raises anything at import but KeyboardInterrupt
+    (the user's Ctrl-C, raised). What it writes to stderr while importing is held back: written out when the
+    import succeeds or is interrupted, dropped when it fails (its last line is then in `why`)."""
+    real = sys.stderr
+    sys.stderr = held = _HeldStderr(real)
     try:
-        _family = getattr(importlib.import_module(f"envs.{_info.name}"), "FAMILY", None)
-    except Exception as e:  # noqa: BLE001 - whatever the file raises is reported when a name is not found
-        PROBLEMS[_path] = f"could not be imported ({type(e).__name__}: {e})"
-        continue
-    if not isinstance(_family, Family):
-        continue
-    if _family.name in _FILES:
-        first = _FILES[_family.name]
-        PROBLEMS[_path] = f"defines the family {_family.name!r} as {first} does: give the new one its own name"
-        PROBLEMS.setdefault(first, f"defines the family {_family.name!r} as {_path} does")
-        FAMILIES.pop(_family.name, None)
-        continue
-    _FILES[_family.name] = _path
-    FAMILIES[_family.name] = _family
+        imported = importlib.import_module(f"envs.{module}")
+    except KeyboardInterrupt:
+        sys.stderr = real
+        real.write(held.release())
+        raise
+    except BaseException as e:  # noqa: BLE001 - SystemExit too (argparse at import): named, the others still run
+        sys.stderr = real
+        said = held.release().strip().splitlines()
+        exception = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        return None, f"could not be imported ({exception}" + (f"; it printed {said[-1]!r})" if said else ")")
+    sys.stderr = real
+    real.write(held.release())
+    return imported, None
+
+
+def _discover() -> None:
+    for info in sorted(pkgutil.iter_modules([_DIR]), key=lambda m: m.name):
+        if info.name.startswith("_") or info.name in _NOT_FAMILIES:
+            continue
+        path = f"envs/{info.name}.py"
+        module, why = _import(info.name)
+        if why is not None:
+            PROBLEMS[path] = why
+            continue
+        if not hasattr(module, "FAMILY"):  # a helper module, not a family
+            continue
+        family_ = module.FAMILY
+        try:
+            check_family(family_)
+        except ValueError as e:
+            PROBLEMS[path] = f"is left out: {e}"
+            continue
+        if family_.name in _FILES:
+            first = _FILES[family_.name]
+            PROBLEMS[path] = f"defines the family {family_.name!r} as {first} does: give the new one its own name"
+            PROBLEMS.setdefault(first, f"defines the family {family_.name!r} as {path} does")
+            FAMILIES.pop(family_.name, None)
+            continue
+        _FILES[family_.name] = path
+        FAMILIES[family_.name] = family_
+
+
+_discover()
 
 
 def patterns() -> list[str]:
@@ -59,29 +150,94 @@ def patterns() -> list[str]:
     return [f"{f.name}: {p}" for f in FAMILIES.values() for p in f.patterns]
 
 
+def _block_fault(block, env_name: str) -> str | None:
+    """What keeps `block` from being the env block (`EnvName.record()`) of `env_name`: not a dict, a missing field,
+    another `name`, a field of the wrong kind; None when it is whole."""
+    if not isinstance(block, dict):
+        return f"a {type(block).__name__}"
+    missing = [f.name for f in dataclasses.fields(EnvName) if f.name not in block]
+    if missing:
+        return f"no {', '.join(missing)}"
+    if block["name"] != env_name:
+        return f"name {block['name']!r}"
+    for key in ("family", "domain", "paper_domain", "paper_task", "short"):
+        if not isinstance(block[key], str):
+            return f"{key} {_shown(block[key])}, not a string"
+    if block["dataset_type"] is not None and not isinstance(block["dataset_type"], str):
+        return f"dataset_type {_shown(block['dataset_type'])}, not a string or None"
+    task = block["task"]
+    if not (task is None or (isinstance(task, int) and not isinstance(task, bool) and task >= 1)):
+        return f"task {_shown(task)}, not None or a number >= 1"
+    if not isinstance(block["goal_conditioned"], bool):
+        return f"goal_conditioned {_shown(block['goal_conditioned'])}, not True or False"
+    return None
+
+
+def _returned_fault(parsed, family_name: str, env_name: str) -> str | None:
+    """What is wrong with a non-None value a family's parse returned for `env_name`; None for its own `EnvName`."""
+    if not isinstance(parsed, EnvName):
+        return f"a {type(parsed).__name__} ({_shown(parsed)})"
+    if parsed.family != family_name:
+        return f"an EnvName of the family {parsed.family!r} (its FAMILY is {family_name!r})"
+    fault = _block_fault(parsed.record(), env_name)
+    return None if fault is None else f"an EnvName with {fault}"
+
+
 def parse(env_name: str) -> EnvName:
-    """`env_name` parsed by the family it belongs to.
+    """`env_name` parsed by the one family it belongs to. Every family's `parse` is asked (the rule:
+    envs/README.md, "How the registry asks the families").
 
     Raises:
-        UnknownEnvName (a `ValueError`): a name no family knows, one line listing every family's patterns and the
-            family files left out (`PROBLEMS`) or whose `parse` failed on the name (another exception than
-            `ValueError`: that family is skipped, the others still parse).
-        ValueError: the family's own message for one of its names with a bad part (task 9).
+        ValueError: two or more families parse the name (one line naming their files); no family parses it and
+            one raises `ValueError` (its message, naming its file: a bad part of one of its names, task 9), or
+            several do (one line naming each).
+        UnknownEnvName (a `ValueError`): a name no family parses or refuses, one line listing every family's
+            patterns, the family files left out (`PROBLEMS`) and those whose `parse` failed on the name (another
+            exception than `ValueError`) or returned something else than None or an `EnvName` of its family.
+    A family whose `parse` fails on a name another family parses is logged as a warning, naming its file.
     """
-    failed = []
+    claims, refusals, faults = [], [], []
     for family_ in FAMILIES.values():
+        path = _FILES[family_.name]
         try:
             parsed = family_.parse(env_name)
-        except ValueError:
-            raise
-        except Exception as e:  # noqa: BLE001 - a bug in one family's parse must not stop the others' names
-            failed.append(f"{_FILES[family_.name]}'s parse failed on it ({type(e).__name__}: {e})")
+        except ValueError as e:
+            refusals.append((path, str(e)))
             continue
-        if parsed is not None:
-            if failed:
-                logger.warning("%s; parsed by %s instead.", "; ".join(failed), _FILES[family_.name])
-            return parsed
-    notes = [f"{path} {why}" for path, why in PROBLEMS.items()] + failed
+        except Exception as e:  # noqa: BLE001 - a bug in one family's parse must not stop the others' names
+            faults.append(f"{path}'s parse failed on it ({type(e).__name__}: {e})")
+            continue
+        if parsed is None:
+            continue
+        fault = _returned_fault(parsed, family_.name, env_name)
+        if fault is None:
+            claims.append((path, parsed))
+        else:
+            faults.append(f"{path}'s parse returned {fault} for it, not None or an EnvName of its own family")
+    if len(claims) > 1:
+        files = " and ".join(path for path, _ in claims)
+        raise ValueError(
+            f"{env_name!r} is parsed by {files}: an env name belongs to one family, so the parse of each family "
+            "it is not for must return None for it (envs/README.md)."
+        )
+    if claims:
+        path, parsed = claims[0]
+        wrong = [f"{p}'s parse raised ValueError for it ({message})" for p, message in refusals] + faults
+        if wrong:
+            logger.warning("%s: %s; parsed by %s instead.", env_name, "; ".join(wrong), path)
+        return parsed
+    if faults and refusals:
+        logger.warning("%s: %s.", env_name, "; ".join(faults))
+    if len(refusals) == 1:
+        path, message = refusals[0]
+        raise ValueError(f"{message} ({path}'s parse)")
+    if refusals:
+        said = "; ".join(f"{path}'s parse says {message!r}" for path, message in refusals)
+        raise ValueError(
+            f"{env_name!r} is refused by {len(refusals)} families, but a parse raises ValueError only for a bad "
+            f"part of its own names (others: None), so all but one are wrong: {said}."
+        )
+    notes = [f"{path} {why}" for path, why in PROBLEMS.items()] + faults
     raise UnknownEnvName(f"Unknown environment {env_name!r}. Supported: " + "; ".join(patterns() + notes))
 
 
@@ -179,13 +335,8 @@ def record_of(flags_record: dict) -> dict:
     if not isinstance(env_name, str):
         raise ValueError(f"the record has no flags.env_name (got {env_name!r})")
     block = flags_record.get("env")
-    fields = {f.name for f in dataclasses.fields(EnvName)}
-    if isinstance(block, dict) and fields <= set(block) and block["name"] == env_name:
-        texts = ("family", "name", "domain", "paper_domain", "paper_task", "short")
-        task = block["task"]
-        task_ok = task is None or (isinstance(task, int) and not isinstance(task, bool) and task >= 1)
-        if all(isinstance(block[k], str) for k in texts) and task_ok:
-            return block
+    if _block_fault(block, env_name) is None:
+        return block
     if block is not None:
         logger.warning("flags.json's env block %r is not one of %s: using envs.parse's instead.", block, env_name)
     return parse(env_name).record()

@@ -455,3 +455,15 @@ class GlobalNumpySeeding(gymnasium.Wrapper):
             return self.env.reset(seed=seed, options=options)
         finally:
             np.random.set_state(saved)
+
+
+def goal_counts(masks: np.ndarray, terminals: np.ndarray) -> dict[str, int]:
+    """How often loaded rows (`(T,)` each, in file order) are in the task's goal state: `{'rows': T,
+    'goal_rows': rows whose relabelled mask is 0, 'goal_entries': rows t not in the goal followed, in the same
+    trajectory (terminals[t] == 0), by a row in it}`. Under OGBench's 'pre' timing a row's mask is its own state's
+    success, so `goal_entries` counts the transitions into the goal that the data holds (issue 58: a critic
+    learns a goal from few of them)."""
+    success = np.asarray(masks) == 0
+    same_trajectory = np.asarray(terminals)[:-1] == 0
+    entries = ~success[:-1] & success[1:] & same_trajectory
+    return {"rows": int(success.size), "goal_rows": int(success.sum()), "goal_entries": int(entries.sum())}

@@ -28,7 +28,7 @@ published procedure ('play' datasets; see docs/datasets.md, and OGBench's
   (`envs.ogbench`), so one file serves every task and both timings.
 - `<save_path>` gets `num_episodes` episodes, `<save_path stem>-val.npz` a further 10% (at least 1;
   training does not need it). For a single-task domain the command ends by saying how often the training file
-  reaches each task's goal (`envs.ogbench.file_goal_counts`; `scripts/goal_counts.py` says it for any file).
+  reaches each task's goal (`file_goal_counts`; `scripts/goal_counts.py` says it for any file).
 
 Provenance: each file also holds the key `generator_metadata`, a JSON string (0-d unicode array, readable
 with `allow_pickle=False`) with the settings that made it: `generator_version` (`GENERATOR_VERSION`), `seed`,
@@ -98,17 +98,17 @@ from collections.abc import Iterator
 import gymnasium
 import numpy as np
 
-from envs.common import val_path_for
+from envs.common import goal_counts, val_path_for
 from envs.ogbench import (
     DATASET_TYPES,
     DOMAINS,
     EXPERT_DATASET_TYPES,
+    NUM_TASKS,
     PUBLISHED_NUM_EPISODES,
     OGBenchName,
     default_dataset_path,
     download_command,
-    file_goal_counts,
-    goal_counts_text,
+    load_ogbench_dataset,
     parse_ogbench_name,
 )
 from envs.provenance import GENERATOR_METADATA_KEY, encode_generator_metadata
@@ -638,6 +638,30 @@ def generate_dataset(
         "num_workers": num_workers,
         "seconds": time.perf_counter() - start,
     }
+
+
+def goal_counts_text(task: int | None, counts: dict) -> str:
+    """`task 1: goal in 2114 of 999000 rows (0.212%), 64 entries` (`goal_counts`'s; task None: the default)."""
+    share = 100.0 * counts["goal_rows"] / max(counts["rows"], 1)
+    return (
+        f"task {task or 'default'}: goal in {counts['goal_rows']} of {counts['rows']} rows ({share:.3g}%), "
+        f"{counts['goal_entries']} entries"
+    )
+
+
+def file_goal_counts(path: str, dataset_name: str, tasks=range(1, NUM_TASKS + 1)) -> dict[int, dict[str, int]]:
+    """`{task: goal_counts}` of one file of a single-task domain's dataset (`cube-single-play-v0`) for each of
+    `tasks`, relabelled as a run of that task loads it (the 'pre' timing, as the paper's data). `ValueError`
+    for a dataset of no single-task domain, or a file that does not fit it."""
+    parsed = parse_ogbench_name(dataset_name)
+    if parsed is None or parsed.domain not in DOMAINS or parsed.dataset_type not in DATASET_TYPES:
+        raise ValueError(f"{dataset_name!r} is no dataset of a single-task OGBench domain ({', '.join(DOMAINS)})")
+    counts = {}
+    for task in tasks:
+        env_name = OGBenchName(parsed.domain, parsed.dataset_type, task).env_name
+        data = load_ogbench_dataset(path, env_name, action_clip_eps=None, success_timing="pre")
+        counts[task] = goal_counts(data["masks"], data["terminals"])
+    return counts
 
 
 def main(_):

@@ -18,6 +18,7 @@ simulator state of the row the success timing names:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib.metadata
@@ -44,9 +45,11 @@ from envs.common import (
     cut_and_sparsify,
     dense_reward,
     existing_val_path,
+    goal_counts,
     list_dataset_shards,
     read_npz,
     sparse_reward_transform,
+    val_path_for,
 )
 from utils import seeding
 from utils.files import non_file_kind
@@ -381,7 +384,9 @@ def _ways_to_get(path: str, dataset_name: str, goal_conditioned: bool = False) -
                 "To reproduce the paper, download the official shards (network access to rail.eecs.berkeley.edu):",
                 f"  {download_command(shard_set, parent)}  (fetches the shards not present)",
             ]
-        if not expert:
+        if not expert and os.path.lexists(path):  # a shard keeps its name: never a command that writes over it
+            lines += [f"Without network, move {path} away first: a run then gives the command that generates it."]
+        elif not expert:
             generate = generator_command(dataset_name, path, SHARD_EPISODES, int(index[1]) if index else 0)
             lines += [
                 "Without network, generate this shard locally with OGBench's oracles (same procedure, different "
@@ -419,10 +424,14 @@ def _ways_to_get(path: str, dataset_name: str, goal_conditioned: bool = False) -
                 generate = shard_generator_command(paper_set)
                 how = f"not hosted, generate it: {generate}; then --dataset_dir={shards}"
             lines += [f"(the paper's {domain} runs use the large set {paper_set} instead:", f"  {how})"]
-        if not expert:
+        save_path = _free_save_path(path, dataset_name)
+        if not expert and save_path is None:
+            lines += [f"Without network, move {path} away first: a run then gives the command that generates it."]
+        elif not expert:
+            then = "" if save_path == path else f"  (then --dataset_path={shlex.quote(save_path)})"
             lines += [
                 "Without network, generate it locally with OGBench's oracles (same procedure, different random draws):",
-                f"  {generator_command(dataset_name, save_path=path)}",
+                f"  {generator_command(dataset_name, save_path=save_path)}{then}",
             ]
     if expert:
         lines.append(
@@ -430,6 +439,29 @@ def _ways_to_get(path: str, dataset_name: str, goal_conditioned: bool = False) -
             "experts), not from scripted oracles: it cannot be generated here."
         )
     return "\n".join(lines)
+
+
+def _free_save_path(path: str, dataset_name: str) -> str | None:
+    """Where a suggested generate command may write the file `path` stands for, never over a file: `path` when
+    missing, else `<its folder>/<dataset_name>.npz` when it and its `-val` file are free, else None."""
+    own = os.path.join(os.path.dirname(os.path.abspath(path)), f"{dataset_name}.npz")
+    if not os.path.lexists(path):
+        return path
+    return own if not os.path.lexists(own) and not os.path.lexists(val_path_for(own)) else None
+
+
+def _fix_for(path: str, dataset_name: str) -> str:
+    """What to do with a file that failed a check: one of `dataset_name` (so says its generator's record, else its
+    name, as a shard's) is damaged: delete it (a download skips a file that exists); any other may be a good file
+    of another env, left alone."""
+    metadata = None
+    with contextlib.suppress(Exception):  # a file too damaged to read its record: its name decides
+        metadata = provenance.read_generator_metadata(path)
+    held, where = (metadata and provenance.named_dataset({**metadata, "source": "generated"})) or (None, None)
+    if held == dataset_name or (held is None and os.path.basename(path).startswith(dataset_name[: -len("-v0")])):
+        return "Delete it and get it again."
+    what = f"It holds {held} ({where}): use a" if held else "Use a good"
+    return f"{what} {dataset_name} file instead."
 
 
 def _missing_file_error(path: str, dataset_name: str, goal_conditioned: bool = False) -> FileNotFoundError:
@@ -446,7 +478,7 @@ def read_trajectories(
         raise _missing_file_error(path, dataset_name, goal_conditioned)
 
     def regenerate():
-        return f"Delete it and get it again.\n{_ways_to_get(path, dataset_name, goal_conditioned)}"
+        return f"{_fix_for(path, dataset_name)}\n{_ways_to_get(path, dataset_name, goal_conditioned)}"
 
     keys = TRAJECTORY_KEYS + (("button_states",) if needs_buttons else ())
     return read_npz(path, keys, ("observations", "actions", "qpos", "qvel"), regenerate)
@@ -491,42 +523,6 @@ def load_ogbench_dataset(
         ) from e
     dataset["rewards"], dataset["masks"] = states["rewards"], states["masks"]
     return {**dataset, **info} if keep_info else dataset
-
-
-def goal_counts(masks: np.ndarray, terminals: np.ndarray) -> dict[str, int]:
-    """How often loaded rows (`load_ogbench_dataset`'s, `(T,)` each) are in the task's goal state: `{'rows': T,
-    'goal_rows': rows whose relabelled mask is 0, 'goal_entries': rows t not in the goal followed, in the same
-    trajectory (terminals[t] == 0), by a row in it}`. Under the 'pre' timing a row's mask is its own state's
-    success, so `goal_entries` counts the transitions into the goal that the data holds (issue 58: a critic
-    learns a goal from few of them)."""
-    success = np.asarray(masks) == 0
-    same_trajectory = np.asarray(terminals)[:-1] == 0
-    entries = ~success[:-1] & success[1:] & same_trajectory
-    return {"rows": int(success.size), "goal_rows": int(success.sum()), "goal_entries": int(entries.sum())}
-
-
-def goal_counts_text(task: int | None, counts: dict) -> str:
-    """`task 1: goal in 2114 of 999000 rows (0.212%), 64 entries` (`goal_counts`'s; task None: the default)."""
-    share = 100.0 * counts["goal_rows"] / max(counts["rows"], 1)
-    return (
-        f"task {task or 'default'}: goal in {counts['goal_rows']} of {counts['rows']} rows ({share:.3g}%), "
-        f"{counts['goal_entries']} entries"
-    )
-
-
-def file_goal_counts(path: str, dataset_name: str, tasks=range(1, NUM_TASKS + 1)) -> dict[int, dict[str, int]]:
-    """`{task: goal_counts}` of one file of a single-task domain's dataset (`cube-single-play-v0`) for each of
-    `tasks`, relabelled as a run of that task loads it (the 'pre' timing, as the paper's data). `ValueError`
-    for a dataset of no single-task domain, or a file that does not fit it."""
-    parsed = parse_ogbench_name(dataset_name)
-    if parsed is None or parsed.domain not in DOMAINS or parsed.dataset_type not in DATASET_TYPES:
-        raise ValueError(f"{dataset_name!r} is no dataset of a single-task OGBench domain ({', '.join(DOMAINS)})")
-    counts = {}
-    for task in tasks:
-        env_name = OGBenchName(parsed.domain, parsed.dataset_type, task).env_name
-        data = load_ogbench_dataset(path, env_name, action_clip_eps=None, success_timing="pre")
-        counts[task] = goal_counts(data["masks"], data["terminals"])
-    return counts
 
 
 def _transitions(arrays: dict, name: OGBenchName, action_clip_eps: float | None) -> tuple[dict, np.ndarray, dict]:
@@ -702,7 +698,6 @@ def load(name: EnvName, options: DataOptions) -> EnvAndDatasets:
         return env_future.result().unwrapped
 
     first = load_file(train_paths[0], env_name, options, task_env_)
-    goal = None if goal_conditioned else goal_counts(first["masks"], first["terminals"])
     train = cut_and_sparsify(first, options.dataset_proportion, False)
     val_path = existing_val_path(train_paths) if options.load_val else None
     val = None if val_path is None else load_file(val_path, env_name, options, task_env_)
@@ -711,7 +706,9 @@ def load(name: EnvName, options: DataOptions) -> EnvAndDatasets:
     env.reset(seed=seeding.env_seed(options.seed, "env"))
     used = [(p, "train") for p in train_paths] + ([] if val is None else [(val_path, "val")])
     datasets = [provenance.npz_provenance(p, role, options.hash_datasets) for p, role in used]
-    if goal is not None:  # how often the (first) training file reaches this task's goal: issue 58
+    check_recorded_datasets(datasets, env_name)
+    if not goal_conditioned:  # how often the (first) training file reaches the task's goal (issue 58)
+        goal = goal_counts(first["masks"], first["terminals"])
         datasets[0]["goal"] = {"task": name.task, "success_timing": options.dataset_success_timing, **goal}
     return EnvAndDatasets(
         env=env,
@@ -725,6 +722,27 @@ def load(name: EnvName, options: DataOptions) -> EnvAndDatasets:
         goal_conditioned=goal_conditioned,
         task_names=tuple(metadata.get("task_names", ())),
     )
+
+
+def check_recorded_datasets(records: list[dict], env_name: str) -> None:
+    """Each file's record (`provenance.npz_provenance`) names the dataset of `env_name`, where it names one
+    (`provenance.named_dataset`); `ValueError` naming the first file whose record names another (e.g. play data
+    under a `noisy` name, which relabelling does not notice) and the env of the same kind on its data."""
+    name = training_name(env_name)
+    for record in records:
+        held, where = provenance.named_dataset(record) or (name.dataset_name, None)
+        if held == name.dataset_name:
+            continue
+        parsed = None
+        with contextlib.suppress(ValueError):  # a dataset type its domain does not have
+            parsed = parse_ogbench_name(held)
+        # The env of the same task (or goal-conditioned) on the file's data, where there is one.
+        other = parsed and OGBenchName(parsed.domain, parsed.dataset_type, name.task_id, name.oraclerep).env_name
+        train_on_it = f", or --env_name={other} to train on this file" if other and parse_env_name(other) else ""
+        raise ValueError(
+            f"Dataset file {record['path']} holds {held} ({where}), not {name.dataset_name}, the data of "
+            f"{env_name}: pass a {name.dataset_name} file{train_on_it}."
+        )
 
 
 def envs_for_seed(env_data: EnvAndDatasets, name: EnvName, seed: int) -> EnvAndDatasets:
@@ -753,7 +771,7 @@ def parse_env_name(env_name: str) -> EnvName | None:
         paper_domain = domain if dataset_type == "play" else f"{domain}-{dataset_type}"
         task = "default" if parsed.task_id is None else f"task{parsed.task_id}"
         paper_task = f"{domain}-{dataset_type}-{task}"
-        short = paper_domain + ("" if parsed.task_id is None else f"-t{_ENV_RE.match(env_name)['task']}")  # as typed
+        short = paper_domain + ("" if parsed.task_id is None else f"-t{parsed.task_id}")  # task01: t1, as task1
     goal = parsed.oraclerep
     return EnvName("ogbench", env_name, domain, dataset_type, parsed.task_id, goal, paper_domain, paper_task, short)
 

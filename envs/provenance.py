@@ -33,6 +33,8 @@ import datetime
 import hashlib
 import json
 import os
+import re
+import urllib.parse
 import zipfile
 
 import numpy as np
@@ -170,3 +172,19 @@ def npz_provenance(path: str, role: str = "train", compute_hash: bool = True) ->
         )
         record.update(source="unknown", verified=None, evidence=evidence)
     return record
+
+
+def named_dataset(record: dict) -> tuple[str, str] | None:
+    """`(dataset name, where it is written)` of an OGBench file, from its record (`npz_provenance`): the generator's
+    `dataset_name` for a generated file; for an official file whose sha256 matches its download record, the name
+    it was downloaded as (the `url`'s file, less `-val` and a shard's `-<index>`: 'cube-quadruple-play-v0' for
+    `.../cube-quadruple-play-100m-v0/cube-quadruple-play-v0-003.npz`). None when neither says (no record, or a
+    file changed since its download): the file's own name is never taken for its content."""
+    if record.get("source") == "generated":
+        name = record.get("dataset_name")
+        return (name, f"so says its {GENERATOR_METADATA_KEY!r}") if isinstance(name, str) else None
+    url = record.get("url")
+    if record.get("verified") is True and isinstance(url, str):
+        file = os.path.basename(urllib.parse.urlsplit(url).path)
+        return re.sub(r"(-\d+)?(-val)?\.npz$", "", file), f"so says {MANIFEST_NAME}: downloaded from {url}"
+    return None

@@ -221,7 +221,7 @@ def _log_data(env_data) -> str:
     how errors name the data."""
     records = [d for d in env_data.metadata.get("datasets", []) if d.get("role", "train") == "train"]
     for d in records[:3]:
-        goal = d.get("goal")  # a single-task file's count of the task's goal (envs/ogbench.py `goal_counts`)
+        goal = d.get("goal")  # a single-task file's count of the task's goal (envs/common.py `goal_counts`)
         reached = "" if not isinstance(goal, dict) else (
             f"; task {goal.get('task') or 'default'}'s goal in {goal.get('goal_rows')} of {goal.get('rows')} rows, "
             f"{goal.get('goal_entries')} entries into it"

@@ -21,7 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import sweep  # noqa: E402  (its list parser: --tasks=1,3-5)
-from envs import ogbench, provenance  # noqa: E402
+from envs import generate_dataset, ogbench, provenance  # noqa: E402
 
 
 def dataset_name_of(path: str) -> Optional[str]:
@@ -48,13 +48,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         name = args.dataset_name or dataset_name_of(path)
         if name is None:
             raise ValueError(f"{path}: no generator record and no -v0 in its name; pass --dataset_name")
-        counts = ogbench.file_goal_counts(path, name, tasks)
+        counts = generate_dataset.file_goal_counts(path, name, tasks)
     except (ValueError, sweep.InputError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"{path} ({name}, sha256 {provenance.sha256_file(path)}):")
     for task, c in counts.items():
-        print(f"  {ogbench.goal_counts_text(task, c)}")
+        print(f"  {generate_dataset.goal_counts_text(task, c)}")
     return 0
 
 

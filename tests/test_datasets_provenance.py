@@ -14,6 +14,7 @@ import importlib.metadata
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -144,6 +145,63 @@ def test_every_shard_gets_an_entry(generated, tmp_path):
     assert [r.get("seed") for r in records] == [None, 3, 7]
     assert [r["sha256"] for r in records] == [sha256(p) for p in paths]
     assert all(r["role"] == "train" for r in records)
+
+
+def test_a_file_whose_record_names_another_dataset_is_refused(generated, tmp_path):
+    noisy = "cube-single-noisy-singletask-task1-v0"  # relabelling cannot tell play from noisy data: the record does
+    with pytest.raises(ValueError) as e:
+        envs.make_env_and_datasets(noisy, dataset_path=generated)
+    assert str(e.value) == (
+        f"Dataset file {generated} holds cube-single-play-v0 (so says its 'generator_metadata'), not "
+        f"cube-single-noisy-v0, the data of {noisy}: pass a cube-single-noisy-v0 file, or "
+        "--env_name=cube-single-play-singletask-task1-v0 to train on this file."
+    )
+    with pytest.raises(ValueError, match=r"--env_name=cube-single-play-oraclerep-v0 to train on this file\.$"):
+        envs.make_env_and_datasets("cube-single-noisy-oraclerep-v0", dataset_path=generated)
+
+    # An official file: its download record names it, once its sha256 matches (else nothing is said of it).
+    official = write_official_like(tmp_path / "cube-single-play-v0.npz", generated)
+    url = "https://rail.eecs.berkeley.edu/datasets/ogbench/cube-single-play-v0.npz"
+    provenance.record_download(official, url, sha256(official), "test")
+    with pytest.raises(ValueError) as e:
+        envs.make_env_and_datasets(noisy, dataset_path=official)
+    assert str(e.value).startswith(
+        f"Dataset file {official} holds cube-single-play-v0 (so says download_manifest.json: downloaded from {url}), "
+        "not cube-single-noisy-v0"
+    )
+    assert provenance.named_dataset({**provenance.npz_provenance(official), "verified": False}) is None
+    shard = {"source": "official", "verified": True, "url": f"{url[:-4]}-100m-v0/cube-single-play-v0-003-val.npz"}
+    assert provenance.named_dataset(shard)[0] == "cube-single-play-v0"
+
+
+def test_an_error_about_a_file_that_does_not_fit_suggests_no_command_that_writes_over_it(generated, tmp_path):
+    scene = "scene-play-singletask-task1-v0"
+    mine = tmp_path / "mine" / "cube-single-play-v0.npz"  # a good cube-single file, given for a scene env
+    mine.parent.mkdir()
+    shutil.copy(generated, mine)
+    with pytest.raises(ValueError) as e:
+        envs.make_env_and_datasets(scene, dataset_path=str(mine))
+    message = str(e.value)
+    assert message.splitlines()[0].endswith(
+        "It holds cube-single-play-v0 (so says its 'generator_metadata'): use a scene-play-v0 file instead."
+    )
+    other = mine.parent / "scene-play-v0.npz"
+    generate = "python -m envs.generate_dataset --env_name=scene-play-v0 --num_episodes=1000 --seed=0"
+    assert f"  {generate} --save_path={other}  (then --dataset_path={other})" in message.splitlines()
+    assert f"--save_path={mine}" not in message
+
+    # The same file saved under the scene dataset's own name: no generate command can be given without writing
+    # over it.
+    named = tmp_path / "named" / "scene-play-v0.npz"
+    named.parent.mkdir()
+    shutil.copy(generated, named)
+    with pytest.raises(ValueError) as e:
+        envs.make_env_and_datasets(scene, dataset_dir=str(named.parent))
+    message = str(e.value)
+    assert "It holds cube-single-play-v0" in message and "envs.generate_dataset" not in message
+    assert message.splitlines()[-1] == (
+        f"Without network, move {named} away first: a run then gives the command that generates it."
+    )
 
 
 def test_robomimic_file_is_official_with_its_check(tmp_path, monkeypatch):

@@ -3,6 +3,7 @@
 No dataset generation here: the timing test writes its own three-row trajectory.
 """
 
+import dataclasses
 import importlib.metadata
 import logging
 
@@ -337,10 +338,13 @@ def test_eval_env_is_built_on_first_read_and_reset_once_with_its_seed():
     assert isinstance(env, Env) and out.eval_env is env and calls == ["make", ("reset", 7)]
 
 
-def test_names_are_matched_whole_in_ascii_digits_and_run_names_keep_the_typed_task():
+def test_names_are_matched_whole_in_ascii_digits_and_task01_is_task1_everywhere():
     assert envs.parse("cube-double-play-singletask-task2-v0").short == "cube-double-t2"
-    assert envs.parse("cube-double-play-singletask-task01-v0").short == "cube-double-t01"  # sweeps before keep names
-    assert envs.parse("cube-double-play-singletask-task01-v0").task == 1
+    typed, plain = (envs.parse(f"cube-double-play-singletask-task{t}-v0") for t in ("01", "1"))
+    # Every field but the name as typed: one task, one run name in a sweep (short), one curve in the plots.
+    assert dataclasses.replace(typed, name=plain.name) == plain and typed.short == "cube-double-t1"
+    assert ogb.training_name(typed.name).env_id == "cube-double-singletask-task1-v0"  # the env that runs
+    assert envs.family(typed).with_task(typed, 3) == "cube-double-play-singletask-task3-v0"
     for bad in (
         "cube-single-play-singletask-task1-v0\n",
         "lift-mh-low_dim\n",

@@ -572,10 +572,12 @@ def test_corrupt_member_raises_value_error(cube_file, tmp_path):
             dst.writestr(item.filename, payload)
     with pytest.raises(ValueError, match=r"corrupt\.npz is truncated or corrupt: reading 'observations'") as e:
         ogb.load_ogbench_dataset(path, CUBE_ENV)
-    # How to get a good file, written only for the error: delete, download or generate it again.
+    # How to get a good file, written only for the error: delete it (its record says it is this dataset's), download
+    # or generate it again; the generate command writes beside it, never over it.
     assert "Delete it and get it again.\n" in str(e.value)
     generate = "python -m envs.generate_dataset --env_name=cube-single-play-v0 --num_episodes=1000 --seed=0"
-    assert f"{generate} --save_path={path}" in str(e.value)
+    fresh = tmp_path / "cube-single-play-v0.npz"
+    assert f"{generate} --save_path={fresh}  (then --dataset_path={fresh})" in str(e.value)
 
 
 def test_unknown_env_name_lists_supported_patterns():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import goal_counts
-from envs import make_env_and_datasets, ogbench
+from envs import generate_dataset, make_env_and_datasets
 
 # Task 1 of puzzle-3x3 is solved when the nine buttons read this (ogbench's task 1 target).
 GOAL = np.array([1, 1, 0, 1, 0, 1, 0, 1, 1])
@@ -38,10 +38,10 @@ def hand_made(tmp_path_factory):
 
 
 def test_goal_rows_and_entries_by_hand(hand_made):
-    counts = ogbench.file_goal_counts(hand_made, "puzzle-3x3-play-v0", tasks=[1, 4])
+    counts = generate_dataset.file_goal_counts(hand_made, "puzzle-3x3-play-v0", tasks=[1, 4])
     assert counts[1] == {"rows": 10, "goal_rows": 4, "goal_entries": 2}
     assert counts[4] == {"rows": 10, "goal_rows": 0, "goal_entries": 0}  # all nine on: never in this file
-    assert ogbench.goal_counts_text(1, counts[1]) == "task 1: goal in 4 of 10 rows (40%), 2 entries"
+    assert generate_dataset.goal_counts_text(1, counts[1]) == "task 1: goal in 4 of 10 rows (40%), 2 entries"
 
 
 def test_a_run_records_its_tasks_counts(hand_made):
@@ -88,5 +88,5 @@ def test_the_generator_ends_with_every_tasks_counts(tmp_path):
     lines = result.stdout.splitlines()
     start = lines.index(f"Goals of {path}, relabelled as each task's runs load it:")
     assert [line.split(":")[0] for line in lines[start + 1 :]] == [f"  task {t}" for t in range(1, 6)]
-    task1 = ogbench.file_goal_counts(path, "puzzle-3x3-play-v0", tasks=[1])[1]  # one task: each builds an env
-    assert lines[start + 1] == f"  {ogbench.goal_counts_text(1, task1)}" and task1["rows"] == 29
+    task1 = generate_dataset.file_goal_counts(path, "puzzle-3x3-play-v0", tasks=[1])[1]  # one task: each builds an env
+    assert lines[start + 1] == f"  {generate_dataset.goal_counts_text(1, task1)}" and task1["rows"] == 29

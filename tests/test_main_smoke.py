@@ -16,7 +16,8 @@ import sys
 
 import pytest
 
-from envs import make_env_and_datasets, ogbench
+from envs import make_env_and_datasets
+from envs.common import goal_counts
 from envs.generate_dataset import generate_dataset
 
 pytestmark = pytest.mark.slow
@@ -103,7 +104,7 @@ def test_main_offline_then_online(dataset_path, tmp_path, actor):
         "task": 1,
         "success_timing": "pre",
         "rows": 118,
-        **ogbench.goal_counts(data["masks"], data["terminals"]),
+        **goal_counts(data["masks"], data["terminals"]),
     }
     with open(f"{run_dir}.stderr") as f:
         assert (f"task 1's goal in {goal['goal_rows']} of 118 rows, {goal['goal_entries']} entries into it") in f.read()
