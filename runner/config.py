@@ -199,7 +199,7 @@ class RunConfig:
             logging.warning("Intervals this run never reaches: %s.", "; ".join(unreached))
         if self.resume and not self.run_name:
             raise ValueError("--resume needs --run_name (the run to continue).")
-        for name in ("start_if_missing", "accept_changed_data", "accept_changed_agent"):
+        for name in ("start_if_missing", "accept_changed_data", "accept_changed_agent", "accept_changed_family"):
             if getattr(self, name) and not self.resume:
                 raise ValueError(f"--{name} applies to --resume only; pass --resume --run_name=NAME with it.")
         if self.state_interval < 0:

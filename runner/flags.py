@@ -89,6 +89,9 @@ def define_flags(driver: str, flag_values=FLAGS):
     flags.DEFINE_bool("accept_changed_agent", False, "With --resume: continue although the agent's file changed "
         "since the run started (sha256); flags.json keeps the earlier record under agent_source_history.",
         **fv)  # fmt: skip
+    flags.DEFINE_bool("accept_changed_family", False, "With --resume: continue although the benchmark family's file "
+        "(envs/<family>.py: its envs, data and success test) changed since the run started (sha256); flags.json keeps "
+        "the earlier record under family_source_history.", **fv)  # fmt: skip
     flags.DEFINE_integer("state_interval", 50000, "Write the full run state (agent, replay buffer, every random "
         "stream, loggers) every this many steps of each phase and at the end of each phase (0: only at phase ends "
         "and on SIGTERM/SIGUSR1).", **fv)  # fmt: skip

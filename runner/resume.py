@@ -8,7 +8,6 @@ half-written state is never read.
 import contextlib
 import csv
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -20,6 +19,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from envs.provenance import sha256_file
 from log_utils import WANDB_PREFIXES
 from utils.files import atomic_write, naming
 from utils.flax_utils import restore_agent, save_agent
@@ -335,6 +335,7 @@ RESUME_MAY_CHANGE = (
     "start_if_missing",
     "accept_changed_data",
     "accept_changed_agent",
+    "accept_changed_family",
     "compilation_cache_dir",
 )
 # Flags holding paths: compared after normalisation (`exp` and `exp/` are one directory).
@@ -390,8 +391,8 @@ def read_record(run_dir: str) -> Dict:
         "agent": (dict, None),
         "datasets": (list, dict),
         "dataset_history": (list, list),
-        "agent_source": (dict, None),
-        "agent_source_history": (list, dict),
+        **{f"{kind}_source": (dict, None) for kind in SOURCE_KINDS},
+        **{f"{kind}_source_history": (list, dict) for kind in SOURCE_KINDS},
     }
     for key, (kind, item) in shapes.items():
         value = record.get(key, kind())
@@ -570,34 +571,48 @@ def check_datasets(run_dir: str, record: Optional[Dict], datasets: List[Dict], a
     return history + [record.get("datasets", [])]
 
 
-def agent_source(agent_class) -> Dict:
-    """`{'path', 'sha256'}` of the file that defines `agent_class` (its losses and update), for `flags.json`."""
-    path = os.path.abspath(sys.modules[agent_class.__module__].__file__)
-    with open(path, "rb") as f:
-        return {"path": path, "sha256": hashlib.sha256(f.read()).hexdigest()}
+# Source files a run records in `flags.json` (`<kind>_source`: path and sha256) and `--resume` checks, since a change
+# to one would make the rest of the run another experiment: kind -> (the file, what the run would continue with).
+SOURCE_KINDS = {
+    "agent": ("the agent's file", "other losses and updates"),
+    "family": ("the benchmark family's file", "other envs, data or success test (eval.csv would mix the two)"),
+}
 
 
-def check_agent_source(run_dir: str, record: Optional[Dict], now: Dict, accept_changed: bool) -> List[Dict]:
-    """The agent-file records of earlier parts of the run, to keep in `flags.json` (`agent_source_history`).
+def source_record(obj) -> Dict:
+    """`{'path', 'sha256'}` of the file of the module that defines `obj` (a class or function), for `flags.json`."""
+    path = os.path.abspath(sys.modules[obj.__module__].__file__)
+    return {"path": path, "sha256": sha256_file(path)}
 
-    Raises `ValueError` when the file that defines the run's agent has another sha256 than when the run
-    started (its updates would continue with other code), unless `accept_changed` (`--accept_changed_agent`):
-    then the old record is kept beside the new one. A record without `agent_source` (older runs) passes.
+
+def run_sources(agent_class, family) -> Dict[str, Dict]:
+    """The `SOURCE_KINDS` records of a run: the file that defines `agent_class`, and the family file (the one that
+    defines the family's `load`, which builds its envs and data: `envs/<family>.py`)."""
+    return {"agent": source_record(agent_class), "family": source_record(family.load)}
+
+
+def check_source(kind: str, run_dir: str, record: Optional[Dict], now: Dict, accept_changed: bool) -> List[Dict]:
+    """The earlier records of the `kind` file (`SOURCE_KINDS`) to keep in `flags.json` (`<kind>_source_history`).
+
+    Raises `ValueError` when the file has another sha256 than the run's `record` holds (the run would continue
+    with other code), unless `accept_changed` (`--accept_changed_<kind>`): then the old record is kept beside the
+    new one. A record without `<kind>_source` (a run recorded before it) passes; so does a file that moved.
     """
     if record is None:
         return []
-    history = list(record.get("agent_source_history", []))
-    then = record.get("agent_source")
+    history = list(record.get(f"{kind}_source_history", []))
+    then = record.get(f"{kind}_source")
     if not isinstance(then, dict) or then.get("sha256") == now["sha256"]:
         return history
+    (file, other), flag = SOURCE_KINDS[kind], f"--accept_changed_{kind}"
     if not accept_changed:
         raise ValueError(
-            f"--resume: the agent's file changed since {run_dir} started ({then.get('path')}: sha256 "
+            f"--resume: {file} changed since {run_dir} started ({then.get('path')}: sha256 "
             f"{str(then.get('sha256'))[:12]}... then, {now['path']}: {now['sha256'][:12]}... now); the run would "
-            "continue with other code. Restore the file, start a new run, or pass --accept_changed_agent to "
-            "continue anyway (flags.json keeps both records)."
+            f"continue with {other}. Restore the file, start a new run, or pass {flag} to continue anyway "
+            "(flags.json keeps both records)."
         )
-    logging.warning("--accept_changed_agent: %s continues with a changed agent file; flags.json keeps both.", run_dir)
+    logging.warning("%s: %s continues although %s changed; flags.json keeps both records.", flag, run_dir, file)
     return history + [then]
 
 

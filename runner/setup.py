@@ -114,12 +114,19 @@ def _make_run_dir(cfg):
 
 
 def setup_run(
-    cfg, agent_config: Dict, metadata: Dict, resume_meta: Optional[Dict] = None, history=None, agent_history=None
+    cfg,
+    agent_config: Dict,
+    metadata: Dict,
+    resume_meta: Optional[Dict] = None,
+    history=None,
+    sources=None,
+    source_histories=None,
 ):
     """Create (or, with `--resume`, reuse) the run directory, write `flags.json` and start the logger: `(run_dir,
-    logger)`. `flags.json` holds `flags`, the resolved `agent` config, its `agent_defaults` and `agent_source`
-    (path, sha256), `metadata` (env facts, data records), the histories `--accept_changed_data` and
-    `--accept_changed_agent` kept (`history`, `agent_history`), `sweep` and `method` (docs/outputs.md)."""
+    logger)`. `flags.json` holds `flags`, the resolved `agent` config, its `agent_defaults`, `agent_source` and
+    `family_source` (path, sha256: `sources`, by default `resume.run_sources` of the run's agent and family),
+    `metadata` (env facts, data records), the histories `--accept_changed_data` and `--accept_changed_<kind>` kept
+    (`history`; `source_histories`: `{kind: records}`), `sweep` and `method` (docs/outputs.md)."""
     try:
         exp_name, run_dir = _make_run_dir(cfg)
     except OSError as e:  # a read-only or unwritable --save_dir
@@ -128,12 +135,15 @@ def setup_run(
     # The agent's defaults label a run of an agent the plotting process does not know (plotting.runs.describe).
     spec = agents.get(agent_config["agent_name"])
     record = {"driver": cfg.driver, "flags": cfg.flag_values, "agent": dict(agent_config)}
-    record.update(agent_defaults=spec.get_config().to_dict(), agent_source=resume.agent_source(spec.agent_class))
+    record["agent_defaults"] = spec.get_config().to_dict()
+    sources = sources or resume.run_sources(spec.agent_class, envs.family(cfg.env_name))
+    record.update({f"{kind}_source": source for kind, source in sources.items()})
     record.update(metadata)
     if history:
         record["dataset_history"] = history
-    if agent_history:
-        record["agent_source_history"] = agent_history
+    for kind, earlier in (source_histories or {}).items():
+        if earlier:
+            record[f"{kind}_source_history"] = earlier
     if cfg.sweep_info is not None:
         record["sweep"] = json.loads(cfg.sweep_info)
         if "seed" in record["sweep"]:  # a seed group launched by a sweep: each run records its own seed
@@ -283,9 +293,12 @@ def _setup_runs(cfg):
             resume.check_datasets(resume.run_dir_of(c), r, data.metadata.get("datasets", []), cfg.accept_changed_data)
             for c, r, data in zip(configs, records, env_datas, strict=True)
         ]
-        source = resume.agent_source(spec.agent_class)
-        agent_histories = [
-            resume.check_agent_source(resume.run_dir_of(c), r, source, cfg.accept_changed_agent)
+        sources = resume.run_sources(spec.agent_class, family)
+        source_histories = [
+            {
+                kind: resume.check_source(kind, resume.run_dir_of(c), r, now, getattr(cfg, f"accept_changed_{kind}"))
+                for kind, now in sources.items()
+            }
             for c, r in zip(configs, records, strict=True)
         ]
         metas = [None] * len(configs)
@@ -297,11 +310,11 @@ def _setup_runs(cfg):
         if len(configs) > 1:
             group = {"first_seed": cfg.seed, "num_seeds": cfg.num_seeds, "seeds": [c.seed for c in configs]}
         runs = []
-        for c, data, dataset, agent, meta, history, agent_history in zip(
-            configs, env_datas, datasets, agents_, metas, histories, agent_histories, strict=True
+        for c, data, dataset, agent, meta, history, source_history in zip(
+            configs, env_datas, datasets, agents_, metas, histories, source_histories, strict=True
         ):
             metadata = dict(data.metadata, **({"seed_group": group} if group else {}))
-            run_dir, logger = setup_run(c, agent.config, metadata, meta, history, agent_history)
+            run_dir, logger = setup_run(c, agent.config, metadata, meta, history, sources, source_history)
             run = Run(
                 cfg=c,
                 agent=agent,

@@ -47,10 +47,11 @@ def tmpfs(where, size: str):
         subprocess.run(["umount", "-l", str(where)], check=False)
 
 
-def fault_env(fault):
+def fault_env(fault, root=ROOT):
     """Environment entries that make a driver process fail on purpose (tests/faults/sitecustomize.py):
-    `fault` is `kill@<phase>:<step>` (SIGKILL) or `signal@<phase>:<step>` (SIGTERM)."""
-    return {"QC_FAULT": fault, "PYTHONPATH": os.path.join(ROOT, "tests", "faults")}
+    `fault` is `kill@<phase>:<step>` (SIGKILL) or `signal@<phase>:<step>` (SIGTERM). `root`: the repository the
+    driver runs in (the injector imports the project from the repository that holds it, before the driver does)."""
+    return {"QC_FAULT": fault, "PYTHONPATH": os.path.join(root, "tests", "faults")}
 
 
 def run_driver(script, save_dir, name, dataset_path, flags, env_extra=None, expect=0, timeout=900, fault=None,
@@ -65,9 +66,9 @@ def run_driver(script, save_dir, name, dataset_path, flags, env_extra=None, expe
            *([] if dataset_path is None else [f"--dataset_path={dataset_path}"]), *flags]  # fmt: skip
     env = dict(os.environ, JAX_PLATFORMS="cpu", WANDB_MODE="disabled", **(env_extra or {}))
     if fault is not None:
-        env.update(fault_env(fault))
+        env.update(fault_env(fault, root))
     if compiles:
-        env.update(JAX_LOG_COMPILES="1", QC_MARK_STEPS="1", PYTHONPATH=os.path.join(ROOT, "tests", "faults"))
+        env.update(JAX_LOG_COMPILES="1", QC_MARK_STEPS="1", PYTHONPATH=os.path.join(root, "tests", "faults"))
     result = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
     assert result.returncode == expect, result.stderr[-3000:]
     return os.path.join(save_dir, "g", name), result

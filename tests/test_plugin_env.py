@@ -121,6 +121,38 @@ def test_a_new_family_in_one_file_works_with_every_tool(repo, tmp_path):
     assert rows and {(row["panel"], row["tasks"]) for row in rows} == {("pendulum-random-v1", "pendulum")}, rows[:2]
 
 
+def test_a_family_file_edited_between_a_kill_and_resume_is_refused_unless_accepted(repo, tmp_path):
+    """Issue 59: the family's success test edited after a kill. The run used to resume, and eval.csv then mixed the
+    two definitions; the family file's sha256 is in flags.json as the agent file's is, and the resume is refused
+    in one line naming the file and the flag, unless --accept_changed_family: then flags.json keeps both records."""
+    save, family_file = str(tmp_path), os.path.join(repo, "envs", "pendulum.py")
+    cut, _ = _run(repo, save, "cut", fault="kill@online:12", expect=-9)
+    with open(os.path.join(cut, "flags.json")) as f:
+        started = json.load(f)["family_source"]
+    assert started["path"] == family_file and len(started["sha256"]) == 64
+    with open(family_file) as f:
+        original = f.read()
+    states, rows = os.listdir(os.path.join(cut, "state")), csv_rows(os.path.join(cut, "eval.csv"))
+    try:
+        with open(family_file, "w") as f:  # another success test (and another file size: no stale bytecode)
+            f.write(original.replace("ob[0] > 0.9)", "ob[0] > 0.99)"))
+        _, refused = _run(repo, save, "cut", "--resume", expect=2)
+        errors = [line for line in refused.stderr.splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1 and "Traceback" not in refused.stderr, refused.stderr[-3000:]
+        assert "the benchmark family's file" in errors[0] and f"{family_file}: sha256" in errors[0]
+        assert "--accept_changed_family" in errors[0]
+        assert os.listdir(os.path.join(cut, "state")) == states and csv_rows(os.path.join(cut, "eval.csv")) == rows
+        _run(repo, save, "cut", "--resume", "--accept_changed_family")
+    finally:
+        with open(family_file, "w") as f:
+            f.write(original)
+    with open(os.path.join(cut, "flags.json")) as f:
+        record = json.load(f)
+    assert record["family_source_history"] == [started]
+    assert record["family_source"]["path"] == family_file and record["family_source"]["sha256"] != started["sha256"]
+    assert os.path.isfile(os.path.join(cut, "DONE.json"))
+
+
 def _parse_in(repo, *names):
     """`envs.parse(name).family`, or the error's message, of each name, in a process started in `repo`."""
     code = "import envs, sys\nfor n in sys.argv[1:]:\n    try:\n        print(envs.parse(n).family)\n" \

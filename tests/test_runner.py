@@ -456,6 +456,7 @@ def test_start_if_missing_and_accept_changed_data_need_resume(monkeypatch, capsy
 
     assert "--start_if_missing applies to --resume only" in error_of(monkeypatch, capsys, "main", "--start_if_missing")
     assert "--accept_changed_data applies" in error_of(monkeypatch, capsys, "main", "--accept_changed_data")
+    assert "--accept_changed_family applies" in error_of(monkeypatch, capsys, "main", "--accept_changed_family")
 
 
 def test_a_damaged_flags_json_is_named(monkeypatch, tmp_path):
@@ -471,6 +472,8 @@ def test_a_damaged_flags_json_is_named(monkeypatch, tmp_path):
         ("datasets", "5", "a JSON list of objects"),
         ("datasets", "[1]", "a JSON list of objects"),
         ("agent_source", "[]", "a JSON object"),
+        ("family_source", "[]", "a JSON object"),
+        ("family_source_history", "{}", "a JSON list of objects"),
     ]:
         with open(os.path.join(run_dir, "flags.json"), "w") as f:
             f.write(f'{{"flags": {{}}, "{key}": {value}}}')
