@@ -9,11 +9,14 @@ value is highest. Everything else is one reading of the abstract, each choice a 
 
 * actor: QC's flow behaviour-cloning policy over `H`-step chunks (`flow_steps` Euler steps), no Q term;
 * acting: `N = actor_num_samples` candidate chunks; the joint argmax over (candidate, prefix length) of the min
-  over the `num_qs = 2` critics picks the chunk and its length `h*` (`adaptive_length=False`: the candidate
-  with the best whole-chunk value, executed whole: the fixed-length control, `--method=acsac-fixed`);
-* target of length `h` (`prefix_targets`): `R_{t:t+h} + gamma^h * m_h * V(s_{t+h})`, `V(s) = max` over the
-  `N x H` prefixes of candidates drawn at `s` of `min_k Q_k`, computed at every intermediate next state of the
-  window, from the online critic under stop-gradient (`target_critic=True`: a Polyak target, `tau`);
+  over the `num_qs = 2` critics picks the chunk and its length `h*`, a shorter prefix only when it beats the best
+  whole chunk by more than `commit_margin` (0: the plain argmax; `choose`) (`adaptive_length=False`: the
+  candidate with the best whole-chunk value, executed whole: the fixed-length control, `--method=acsac-fixed`);
+* target of length `h` (`prefix_targets`): `R_{t:t+h} + gamma^h * m_h * V(s_{t+h})`, `V(s)` from the prefixes of
+  `N` candidates drawn at `s` (`bootstrap_values`): `target_choice='max'` the max over the `N x H` prefixes of
+  `min_k Q_k`, `'double'` the prefix chosen by critic 1 and scored by the min of the others; whole chunks only
+  with `adaptive_length=False`; computed at every intermediate next state of the window, from the online critic
+  under stop-gradient (`target_critic=True`: a Polyak target, `tau`);
 * loss: squared error averaged over critics, windows and the `H` lengths, each length weighted by `valid`;
 * critic: `num_layers = 2` pre-LayerNorm blocks, `num_heads = 8` heads of `head_dim = 16`, learned positions.
 
@@ -82,21 +85,61 @@ def prefix_targets(rewards, masks, next_values, discount: float):
     return rewards + powers * masks * next_values
 
 
-def choose(values, candidates, adaptive: bool = True):
+TARGET_CHOICES = ("max", "double")
+
+
+def bootstrap_values(next_qs, adaptive: bool = True, target_choice: str = "max"):
+    """`V(s')` for the target, from every critic's values of the prefixes of the candidates drawn at `s'`.
+
+    `next_qs` `(K, *B, N, H)`: critic `k`'s value `Q_k(s', a^n_{1:h})`. The prefixes `V` may take: every
+    `(n, h)` with `adaptive`, the whole chunks `(n, H)` without (the fixed-length control bootstraps from what it
+    executes). `target_choice`:
+
+    * `'max'`: `V = max_{n, h} min_k Q_k(s', a^n_{1:h})`;
+    * `'double'` (needs `K >= 2`): `(n*, h*) = argmax_{n, h} Q_1(s', a^n_{1:h})` (ties: the lower candidate, then
+      the shorter prefix), `V = min_{k >= 2} Q_k(s', a^{n*}_{1:h*})`: chosen by the first critic, scored by the
+      others. The max of noisy estimates is biased upwards, and a one-action prefix bootstraps from that max at
+      every step, a whole chunk once per `H` steps, so under `'max'` the short prefixes gather the most
+      optimism; scoring the choice with estimates whose noise did not make it removes that bias.
+
+    Returns `(values (*B,), lengths (*B,) int32 in 1..H)`: `V(s')` and the prefix length it is taken at.
+    """
+    horizon = next_qs.shape[-1]
+    allowed = next_qs if adaptive else next_qs[..., -1:]  # (K, *B, N, H or 1)
+    if target_choice == "max":
+        chooser = scorer = allowed.min(axis=0)
+    else:
+        chooser, scorer = allowed[0], allowed[1:].min(axis=0)
+    width = chooser.shape[-1]
+    flat = jnp.argmax(chooser.reshape(*chooser.shape[:-2], -1), axis=-1)  # (*B,)
+    values = jnp.take_along_axis(scorer.reshape(*scorer.shape[:-2], -1), flat[..., None], axis=-1)[..., 0]
+    lengths = flat % width + 1 if adaptive else jnp.full(flat.shape, horizon)
+    return values, lengths.astype(jnp.int32)
+
+
+def choose(values, candidates, adaptive: bool = True, margin: float = 0.0):
     """The chunk to act with and how many of its actions to execute.
 
     `values` `(*B, N, H)`: a value for each candidate and prefix length; `candidates` `(*B, N, H * A)`.
-    Adaptive: the joint argmax over (candidate, length), ties to the lower candidate, then the shorter length;
-    returns `(chunk (*B, H * A), length (*B,) int32 in 1..H)`. Not adaptive: the candidate with the best value
-    at `h = H` (ties to the lower one) and `H`.
+    Adaptive: the best whole chunk `(n_w, H)` (value `W`: the lower candidate on ties) unless the best shorter
+    prefix `(n_p, h_p)` (value `P`: the lower candidate, then the shorter length on ties) beats it by more than
+    `margin`: `P > W + margin`, or `P == W + margin` with `n_p <= n_w` (the prefix comes first in the order
+    (candidate, length)). With `margin = 0` this is the joint argmax over (candidate, length), ties to the lower
+    candidate, then the shorter length; a large margin executes whole chunks. Returns `(chunk (*B, H * A),
+    length (*B,) int32 in 1..H)`. Not adaptive: the candidate with the best value at `h = H` (ties to the lower
+    one) and `H`.
     """
-    num, horizon = values.shape[-2:]
-    if adaptive:
-        flat = jnp.argmax(values.reshape(*values.shape[:-2], num * horizon), axis=-1)  # (*B,)
-        best, length = flat // horizon, flat % horizon + 1
-    else:
-        best = jnp.argmax(values[..., -1], axis=-1)
-        length = jnp.full(best.shape, horizon)
+    horizon = values.shape[-1]
+    best = jnp.argmax(values[..., -1], axis=-1)  # (*B,): the best whole chunk
+    length = jnp.full(best.shape, horizon)
+    if adaptive and horizon > 1:
+        shorter = values[..., :-1]  # (*B, N, H - 1)
+        flat = jnp.argmax(shorter.reshape(*shorter.shape[:-2], -1), axis=-1)  # (*B,)
+        prefix, prefix_length = flat // (horizon - 1), flat % (horizon - 1) + 1
+        p = jnp.take_along_axis(shorter.reshape(*shorter.shape[:-2], -1), flat[..., None], axis=-1)[..., 0]
+        w = jnp.take_along_axis(values[..., -1], best[..., None], axis=-1)[..., 0] + margin
+        cut = (p > w) | ((p == w) & (prefix <= best))
+        best, length = jnp.where(cut, prefix, best), jnp.where(cut, prefix_length, length)
     chunk = jnp.take_along_axis(candidates, best[..., None, None], axis=-2)[..., 0, :]
     return chunk, length.astype(jnp.int32)
 
@@ -126,7 +169,8 @@ class ACSACAgent(flax.struct.PyTreeNode):
     def critic_loss(self, batch, grad_params, rng):
         """Per-length TD loss (`prefix_targets`)::
 
-        V(s')  = max_{n, h'} min_k Q_k(s', a^n_{1:h'}),  a^n ~ flow(s'), at s' = s_{t+1} .. s_{t+H}
+        V(s')  = bootstrap_values(Q_{1..K}(s', a^n_{1:h'})),  a^n ~ flow(s'), at s' = s_{t+1} .. s_{t+H}
+               ('max': max_{n, h'} min_k Q_k; h' = H only with adaptive_length=False)
         y_h    = rewards[:, h-1] + gamma^h * masks[:, h-1] * V(s_{t+h})
         loss   = mean_{k, b, h} valid[b, h-1] * (Q_k(s_t, a_{t:t+h}) - y_h)^2
         """
@@ -135,15 +179,13 @@ class ACSACAgent(flax.struct.PyTreeNode):
         repeated, candidates = self._candidates(next_observations, rng, cfg["actor_num_samples"])  # (B, H, N, .)
         source = "target_critic" if cfg["target_critic"] else "critic"
         next_qs = jax.lax.stop_gradient(self._prefix_values(source, repeated, candidates))  # (K, B, H, N, H')
-        next_q = next_qs.min(axis=0)  # (B, H, N, H')
-        next_values = next_q.max(axis=(-2, -1))  # (B, H)
+        next_values, next_length = bootstrap_values(next_qs, cfg["adaptive_length"], cfg["target_choice"])  # (B, H)
         target = prefix_targets(batch["rewards"], batch["masks"], next_values, cfg["discount"])  # (B, H)
 
         chunks = batch["actions"].reshape(*batch["actions"].shape[:-2], -1)  # (B, H * A)
         qs = self._prefix_values("critic", batch["observations"], chunks, grad_params)  # (K, B, H)
         loss = jnp.mean(batch["valid"] * jnp.square(qs - target))
         q = qs.min(axis=0)  # (B, H)
-        next_length = jnp.argmax(next_q.max(axis=-2), axis=-1) + 1  # (B, H): the length V's argmax takes
         return loss, {
             "critic/critic_loss": loss,
             "critic/q_mean": qs.mean(),
@@ -151,7 +193,7 @@ class ACSACAgent(flax.struct.PyTreeNode):
             "critic/q_min": qs.min(),
             "critic/target_q_mean": target.mean(),
             "critic/prefix_spread": (q.max(axis=-1) - q.min(axis=-1)).mean(),
-            "critic/next_length_mean": next_length.mean(),
+            "critic/next_length_mean": next_length.mean(),  # the length V is taken at
         }
 
     def actor_loss(self, batch, grad_params, rng):
@@ -202,7 +244,7 @@ class ACSACAgent(flax.struct.PyTreeNode):
     @functools.partial(jax.jit, static_argnames=("best_of_n",))
     def sample_actions(self, observations, rng, best_of_n=None):
         """A chunk in [-1, 1] for `observations` `(*B, *ob)` (`*B` may be empty), chosen by `choose` among
-        `N = best_of_n or actor_num_samples` flow samples on `min_k Q_k` of every prefix.
+        `N = best_of_n or actor_num_samples` flow samples on `min_k Q_k` of every prefix, with `commit_margin`.
 
         Returns `(chunk (*B, H * A), length (*B,) int32 in 1..H)`: the action queue executes `length` actions
         (evaluation.ActionQueue); with `adaptive_length=False`, the chunk `(*B, H * A)` alone, executed whole.
@@ -211,7 +253,7 @@ class ACSACAgent(flax.struct.PyTreeNode):
         n = cfg["actor_num_samples"] if best_of_n is None else best_of_n
         repeated, candidates = self._candidates(observations, rng, n)  # (*B, N, .)
         values = self._prefix_values("critic", repeated, candidates).min(axis=0)  # (*B, N, H)
-        chunk, length = choose(values, candidates, cfg["adaptive_length"])
+        chunk, length = choose(values, candidates, cfg["adaptive_length"], cfg["commit_margin"])
         return (chunk, length) if cfg["adaptive_length"] else chunk
 
     @classmethod
@@ -276,6 +318,8 @@ def get_config():
             horizon_length=placeholder(int),  # Chunk length H; set by the driver from --horizon_length.
             adaptive_length=True,  # Execute the best prefix (False: the whole chunk, the fixed-length control).
             target_critic=False,  # Bootstrap from the Polyak target critic (False: the online one, stop-gradient).
+            target_choice="max",  # V(s'): 'max' over prefixes of min_k Q_k; 'double': critic 1 chooses, the rest score.
+            commit_margin=0.0,  # Acting: a shorter prefix only if it beats the best whole chunk by more than this.
             ob_dims=placeholder(tuple),  # Observation shape; filled in by create().
             action_dim=placeholder(int),  # Single-step action size; filled in by create().
         )
@@ -290,6 +334,13 @@ def check_config(config):
         common.expect(c, key, common.is_int(c[key], 1), "an int >= 1")
     for key in ("adaptive_length", "target_critic"):
         common.expect(c, key, isinstance(c[key], bool), "True or False")
+    common.expect(c, "target_choice", c["target_choice"] in TARGET_CHOICES, f"one of {TARGET_CHOICES}")
+    common.expect(c, "commit_margin", common.is_number(c["commit_margin"], 0), "a finite number >= 0")
+    if c["target_choice"] == "double" and c["num_qs"] < 2:
+        raise ValueError(
+            f"--agent.target_choice='double' needs --agent.num_qs >= 2 (critic 1 chooses, the others score), "
+            f"got num_qs={c['num_qs']}."
+        )
     common.check_types(c, get_config())
     return c
 

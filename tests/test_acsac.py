@@ -1,5 +1,6 @@
 """The ACSAC-style agent (agents/acsac.py) at tiny sizes: a causal critic to the bit, per-length TD targets
-computed by hand on a window that crosses an episode end, the chosen chunk and length, the fixed-length
+computed by hand on a window that crosses an episode end (adaptive and whole-chunk bootstraps, 'max' and
+'double' length choices), the chosen chunk and length with and without a commitment margin, the fixed-length
 control, the update, and its methods.
 """
 
@@ -10,7 +11,7 @@ import pytest
 
 import agents
 from agents import common
-from agents.acsac import ACSACAgent, check_config, choose, get_config, prefix_targets
+from agents.acsac import ACSACAgent, bootstrap_values, check_config, choose, get_config, prefix_targets
 from runner import methods
 from utils.datasets import Dataset
 
@@ -66,16 +67,32 @@ def window_across_an_episode_end(discount):
     return {k: jnp.asarray(v) for k, v in batch.items()}
 
 
-def next_state_values(agent, batch, rng, name):
-    """`V(s_{t+h})` `(1, H)` from the draws `critic_loss(batch, rng)` makes: N flow samples at each next state,
-    min over the critics `name`, max over candidates and prefixes."""
+def next_state_qs(agent, batch, rng, name):
+    """Every critic's values `(K, 1, H, N, H')` of the prefixes of the draws `critic_loss(batch, rng)` makes: N
+    flow samples at each next state of the window, valued by the critics `name`."""
     n, cfg = agent.config["actor_num_samples"], agent.config
     next_obs = np.asarray(batch["next_observations"])  # (1, H, D)
     noises = jax.random.normal(rng, (1, H, n, H * A))
     repeated = np.repeat(next_obs[:, :, None], n, axis=2)
     velocity = lambda x, t: agent.network.select("actor_bc_flow")(repeated, x, t)  # noqa: E731
     candidates = jnp.clip(common.euler_flow(velocity, noises, cfg["flow_steps"]), -1, 1)
-    return critic_values(agent, repeated, candidates, name).min(axis=0).max(axis=(-2, -1))
+    return critic_values(agent, repeated, candidates, name)
+
+
+def by_hand(qs, adaptive, target_choice):
+    """`V(s')` and its length from critic values `(K, *B, N, H)`, in numpy, one state at a time."""
+    flat_qs = qs.reshape(qs.shape[0], -1, *qs.shape[-2:])  # (K, S, N, H)
+    values, lengths = [], []
+    for state in range(flat_qs.shape[1]):
+        q = flat_qs[:, state]  # (K, N, H)
+        lengths_allowed = range(H) if adaptive else [H - 1]
+        pairs = [(n, h) for n in range(q.shape[1]) for h in lengths_allowed]  # (candidate, length) in order
+        chooser = q.min(axis=0) if target_choice == "max" else q[0]
+        scorer = q.min(axis=0) if target_choice == "max" else q[1:].min(axis=0)
+        n, h = max(pairs, key=lambda p: (chooser[p], -pairs.index(p)))  # the first of the best
+        values.append(scorer[n, h])
+        lengths.append(h + 1)
+    return np.reshape(values, qs.shape[1:-2]), np.reshape(lengths, qs.shape[1:-2])
 
 
 @pytest.mark.parametrize("target_critic", [False, True])
@@ -90,8 +107,8 @@ def test_per_length_targets_by_hand_across_an_episode_end(target_critic):
     rng = jax.random.PRNGKey(7)
     loss, info = agent.critic_loss(batch, agent.network.params, rng)
 
-    v = next_state_values(agent, batch, rng, "target_critic" if target_critic else "critic")  # (1, H)
-    other = next_state_values(agent, batch, rng, "critic" if target_critic else "target_critic")
+    v = by_hand(next_state_qs(agent, batch, rng, "target_critic" if target_critic else "critic"), True, "max")[0]
+    other = by_hand(next_state_qs(agent, batch, rng, "critic" if target_critic else "target_critic"), True, "max")[0]
     assert abs(v[0, 0] - other[0, 0]) > 1e-3
     r, m = np.asarray(batch["rewards"]), np.asarray(batch["masks"])
     y = np.array([[r[0, h - 1] + discount**h * m[0, h - 1] * v[0, h - 1] for h in (1, 2, 3)]])
@@ -113,6 +130,60 @@ def test_per_length_targets_by_hand_across_an_episode_end(target_critic):
     assert float(info["critic/target_q_mean"]) == pytest.approx(y1.mean(), rel=1e-5, abs=1e-6)
 
 
+def test_bootstrap_values_by_hand():
+    """V(s') under each setting, on fixed critic values where all four differ."""
+    q1 = [[5.0, 1.0, 2.0], [0.0, 3.0, 1.0]]  # (N, H): critic 1
+    q2 = [[1.0, 4.0, 2.5], [2.0, 3.0, 0.5]]  # critic 2; min: [[1, 1, 2], [0, 3, 0.5]]
+    qs = jnp.array([q1, q2])[:, None]  # (K, B = 1, N, H)
+    expected = {  # (adaptive, target_choice): (V, length)
+        (True, "max"): (3.0, 2),  # max of the min: candidate 1, length 2
+        (False, "max"): (2.0, H),  # whole chunks only: max(2, 0.5)
+        (True, "double"): (1.0, 1),  # critic 1 picks (0, 1) (5.0); critic 2 scores it: 1.0
+        (False, "double"): (2.5, H),  # critic 1 picks candidate 0's whole chunk (2.0 > 1.0); critic 2: 2.5
+    }
+    for (adaptive, choice), (value, length) in expected.items():
+        values, lengths = bootstrap_values(qs, adaptive, choice)
+        assert values.shape == lengths.shape == (1,) and lengths.dtype == jnp.int32
+        assert (float(values[0]), int(lengths[0])) == (value, length), (adaptive, choice)
+        assert by_hand(np.asarray(qs), adaptive, choice) == ([value], [length])
+    # Ties in critic 1 go to the lower candidate, then the shorter prefix; with K = 3 the others' min scores.
+    flat = jnp.ones((2, H))
+    qs3 = jnp.stack([flat, jnp.array([[7.0, 6.0, 5.0], [0.0, 0.0, 0.0]]), jnp.array([[4.0, 9.0, 9.0], [9.0] * 3])])
+    values, lengths = bootstrap_values(qs3, True, "double")
+    assert (float(values), int(lengths)) == (4.0, 1)  # (0, 1): min(7, 4)
+    values, lengths = bootstrap_values(qs3, False, "double")
+    assert (float(values), int(lengths)) == (5.0, H)  # (0, H): min(5, 9)
+
+
+@pytest.mark.parametrize("adaptive", [True, False])
+@pytest.mark.parametrize("target_choice", ["max", "double"])
+def test_targets_by_hand_for_each_bootstrap(adaptive, target_choice):
+    """`critic_loss` bootstraps as the config says: whole chunks only for the fixed-length control (its
+    `adaptive_length=False`), the length chosen by critic 1 and scored by critic 2 under 'double'."""
+    discount = 0.9
+    agent = tiny_agent(discount=discount, batch_size=1, adaptive_length=adaptive, target_choice=target_choice)
+    batch = dict(window_across_an_episode_end(discount))
+    batch["masks"] = jnp.ones_like(batch["masks"])  # every length bootstraps
+    rng = jax.random.PRNGKey(11)
+    loss, info = agent.critic_loss(batch, agent.network.params, rng)
+
+    qs = next_state_qs(agent, batch, rng, "critic")  # (K, 1, H, N, H')
+    settings = [(a, c) for a in (True, False) for c in ("max", "double")]
+    hand = {setting: by_hand(qs, *setting) for setting in settings}
+    v, lengths = hand[(adaptive, target_choice)]
+    for setting in settings:  # the four rules give other V(s_{t+h}) here, so the numbers tell them apart
+        if setting != (adaptive, target_choice):
+            assert np.abs(hand[setting][0] - v).max() > 1e-4, setting
+    r = np.asarray(batch["rewards"])
+    y = r + discount ** np.arange(1, H + 1) * v  # (1, H)
+    assert float(info["critic/target_q_mean"]) == pytest.approx(y.mean(), rel=1e-5, abs=1e-6)
+    assert float(info["critic/next_length_mean"]) == pytest.approx(lengths.mean())
+    if not adaptive:
+        assert np.all(lengths == H)
+    q = critic_values(agent, np.asarray(batch["observations"]), np.asarray(batch["actions"]).reshape(1, -1))
+    assert float(loss) == pytest.approx(np.mean(np.asarray(batch["valid"]) * (q - y) ** 2), rel=1e-5)
+
+
 def test_choose_takes_the_joint_argmax():
     candidates = jnp.arange(3 * H * A, dtype=jnp.float32).reshape(3, H * A)  # (N, H * A)
     values = jnp.array([[0.0, 1.0, 2.95], [0.2, 3.0, 2.9], [2.0, 0.0, 0.0]])  # (N, H)
@@ -129,6 +200,38 @@ def test_choose_takes_the_joint_argmax():
     batched, lengths = choose(jnp.stack([values, ties]), jnp.stack([candidates, candidates]))  # (*B, N, H)
     np.testing.assert_array_equal(batched, np.stack([candidates[1], candidates[0]]))
     np.testing.assert_array_equal(lengths, [2, 1])
+
+
+def test_commit_margin_zero_is_the_joint_argmax_and_a_large_one_whole_chunks():
+    # Values from {0, 1, 2} on (N, H) = (3, 3): many ties, between prefixes, whole chunks and across candidates.
+    values = jnp.asarray(np.random.default_rng(5).integers(0, 3, (500, 3, H)), jnp.float32)  # (*B, N, H)
+    candidates = jnp.broadcast_to(jnp.arange(3 * H * A, dtype=jnp.float32).reshape(3, H * A), (500, 3, H * A))
+    flat = np.asarray(values).reshape(500, -1).argmax(axis=-1)  # the joint argmax, the first of the best
+    chunk, length = choose(values, candidates, margin=0.0)
+    np.testing.assert_array_equal(chunk, np.asarray(candidates)[np.arange(500), flat // H])
+    np.testing.assert_array_equal(length, flat % H + 1)
+    assert 0.2 < np.mean(np.asarray(length) < H) < 0.9  # both kinds of choice occur
+    chunk, length = choose(values, candidates, margin=1e6)  # whole chunks, the best one (the lower on ties)
+    np.testing.assert_array_equal(length, np.full(500, H))
+    whole = np.asarray(values)[..., -1].argmax(axis=-1)
+    np.testing.assert_array_equal(chunk, np.asarray(candidates)[np.arange(500), whole])
+    np.testing.assert_array_equal(chunk, choose(values, candidates, adaptive=False)[0])
+
+
+def test_commit_margin_by_hand():
+    candidates = jnp.arange(2 * H * A, dtype=jnp.float32).reshape(2, H * A)
+    # The best whole chunk: candidate 0 (2.5); the best shorter prefix: candidate 1's first two actions (3.0).
+    values = jnp.array([[0.0, 1.0, 2.5], [0.5, 3.0, 2.0]])
+    for margin, (best, length) in [(0.0, (1, 2)), (0.25, (1, 2)), (0.5, (0, H)), (1.0, (0, H))]:
+        chunk, chosen = choose(values, candidates, margin=margin)  # at 0.5 a tie: the lower candidate's chunk
+        np.testing.assert_array_equal(chunk, candidates[best])
+        assert int(chosen) == length, margin
+    # The prefix's candidate comes first: it wins the tie at the margin, not beyond it.
+    values = jnp.array([[3.0, 0.0, 0.0], [0.0, 0.0, 2.5]])
+    for margin, (best, length) in [(0.25, (0, 1)), (0.5, (0, 1)), (0.75, (1, H))]:
+        chunk, chosen = choose(values, candidates, margin=margin)
+        np.testing.assert_array_equal(chunk, candidates[best])
+        assert int(chosen) == length, margin
 
 
 def test_acting_picks_among_the_candidates_and_the_fixed_control_executes_whole_chunks():
@@ -152,6 +255,10 @@ def test_acting_picks_among_the_candidates_and_the_fixed_control_executes_whole_
         np.testing.assert_array_equal(np.asarray(chunk[b]), candidates[b, best])
         assert int(length[b]) == h + 1
         np.testing.assert_array_equal(np.asarray(whole[b]), candidates[b, np.argmax(values[b, :, -1])])
+    committed = agent.replace(config=agent.config.copy({"commit_margin": 1e6}))
+    chunk, length = committed.sample_actions(observations, key)  # a large margin: the fixed control's choices
+    np.testing.assert_array_equal(np.asarray(chunk), np.asarray(whole))
+    np.testing.assert_array_equal(np.asarray(length), np.full(6, H))
     single = agent.sample_actions(observations[0], key)  # one observation: (H * A,) and ()
     assert single[0].shape == (H * A,) and single[1].shape == ()
     assert agent.sample_actions(observations, key, best_of_n=1)[0].shape == (6, H * A)
@@ -201,6 +308,15 @@ def test_config_checks_and_methods():
         tiny_agent(num_heads=0)
     with pytest.raises(ValueError, match="--agent.adaptive_length must be True or False"):
         check_config({**get_config().to_dict(), "horizon_length": H, "adaptive_length": 1})
+    for changes, message in [
+        ({"target_choice": "min"}, r"--agent.target_choice must be one of \('max', 'double'\), got 'min'"),
+        ({"target_choice": "double", "num_qs": 1}, r"target_choice='double' needs --agent.num_qs >= 2.*got num_qs=1"),
+        ({"commit_margin": -0.1}, "--agent.commit_margin must be a finite number >= 0, got -0.1"),
+        ({"commit_margin": float("inf")}, "--agent.commit_margin must be a finite number >= 0, got inf"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            check_config({**get_config().to_dict(), "horizon_length": H, **changes})
+    assert check_config({**get_config().to_dict(), "horizon_length": H, "commit_margin": 1})["commit_margin"] == 1
     spec = agents.get("acsac")
     assert spec.agent_class is ACSACAgent and set(spec.methods) == {"acsac", "acsac-fixed"}
     scene = methods.preset("main", "acsac", "scene-play-singletask-task2-v0")
