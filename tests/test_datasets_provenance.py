@@ -120,7 +120,11 @@ def test_file_without_metadata_in_another_layout_is_unknown(generated, tmp_path)
 def test_a_run_records_the_training_file(generated, tmp_path):
     out = envs.make_env_and_datasets(CUBE_ENV, dataset_path=generated, load_val=True)
     (train, val) = out.metadata["datasets"]
+    # The file's provenance, and (single-task) how often it reaches the task's goal: counted on the loaded rows.
+    goal = train.pop("goal")
     assert train == provenance.npz_provenance(generated)
+    counts = common.goal_counts(out.train_dataset["masks"], out.train_dataset["terminals"])
+    assert goal == {"task": 1, "success_timing": "pre", **counts}
     assert val["role"] == "val" and val["path"] == os.path.abspath(common.val_path_for(generated))
     assert out.metadata["task_id"] == 1  # the other metadata is still there
     json.dumps(out.metadata)
