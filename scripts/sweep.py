@@ -65,9 +65,11 @@ sys.path.insert(0, ROOT)  # the repository's packages; scripts/ (the parts' pack
 import envs  # noqa: E402
 from runner import methods  # noqa: E402
 from sweeping import local, slurm  # noqa: E402
+from sweeping import values as grid_values  # noqa: E402
 from sweeping.local import run_local  # noqa: E402,F401 - part of this module's interface (tests)
 from sweeping.run import DONE_FILE, InputError, RunFailed, SweepRun, int_at_least  # noqa: E402,F401
 from sweeping.slurm import make_slurm_executor, run_slurm, sbatch_preview  # noqa: E402,F401
+from sweeping.values import typed  # noqa: E402,F401 - part of this module's interface
 from utils.startup import ArgumentParser  # noqa: E402
 
 DRIVERS = {"main.py": "main", "main_online.py": "main_online"}
@@ -104,45 +106,12 @@ class Axis:
 
 
 def split_values(text: str) -> List[str]:
-    """The values of one `--grid` list: split on `;` when it has one, else on commas outside brackets.
-
-    `'1,5'` -> `['1', '5']`; `'(256,256),(512,512)'` -> `['(256,256)', '(512,512)']`;
-    `'(256,256);(512,512)'` -> the same. Spaces around values are dropped. Raises `InputError` for an
-    empty value, unbalanced brackets or a repeated value.
-    """
-    if ";" in text:
-        values = text.split(";")
-    else:
-        values, depth, current = [], 0, ""
-        for ch in text:
-            if ch in "([{":
-                depth += 1
-            elif ch in ")]}":
-                depth -= 1
-                if depth < 0:
-                    break
-            if ch == "," and depth == 0:
-                values.append(current)
-                current = ""
-            else:
-                current += ch
-        if depth != 0:
-            raise InputError(f"unbalanced brackets in the grid values {text!r} (separate values with ';' instead)")
-        values.append(current)
-    values = [v.strip() for v in values]
-    if any(not v for v in values):
-        raise InputError(f"empty value in the grid values {text!r}")
-    # The same value spelled twice (8 and 08, 3e-4 and 0.0003, True and true) would launch one run twice.
-    seen = {}
-    for v in values:
-        same = typed(v)
-        same = re.sub(r"\s+", "", same) if isinstance(same, str) else same
-        if same in seen:
-            if seen[same] == v:
-                raise InputError(f"the grid values {text!r} list {v!r} twice")
-            raise InputError(f"the grid values {text!r} list one value twice: {seen[same]!r} and {v!r}")
-        seen[same] = v
-    return values
+    """`sweeping.values.split_values` (`'1,5'` -> `['1', '5']`, `'(256,256);(512,512)'` -> two values), its
+    `ValueError` an `InputError`."""
+    try:
+        return grid_values.split_values(text)
+    except ValueError as e:
+        raise InputError(str(e)) from None
 
 
 def parse_grid(spec: str) -> Axis:
@@ -219,19 +188,6 @@ def name_part(key: str, value: str) -> str:
     if key in SHORT_KEYS:
         return SHORT_KEYS[key] + sanitize(value)
     return f"{key.removeprefix('agent.')}={sanitize(value)}"
-
-
-def typed(value: str):
-    """A grid value as recorded in `--sweep_info`: an int, float or bool when it reads as one, else the text."""
-    if value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    for kind in (int, float):
-        try:
-            number = kind(value)
-        except ValueError:
-            continue
-        return number if math.isfinite(number) else value
-    return value
 
 
 def flag_value(flags_list: Sequence[str], name: str) -> Optional[str]:

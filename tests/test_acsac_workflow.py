@@ -8,6 +8,7 @@ queue executing exactly the chosen prefix) tests/test_chunk_length.py.
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -112,7 +113,8 @@ def test_a_checkpoint_evaluated_again_equals_the_runs_evaluation_and_can_execute
     tmp_path, dataset, capsys
 ):
     """scripts/evaluate_checkpoint.py: unchanged, the run's own `eval.csv` row, value for value; with
-    `--agent adaptive_length=False` the same networks execute whole chunks; bad inputs are one `error:` line."""
+    `--agent adaptive_length=False` the same networks execute whole chunks; `--agent_grid` evaluates several
+    commitment margins; bad inputs are one `error:` line."""
     import evaluate_checkpoint as ec
 
     run_dir, _ = _run(str(tmp_path), "e", dataset, "--online_steps=0", "--eval_episodes=2")
@@ -129,12 +131,38 @@ def test_a_checkpoint_evaluated_again_equals_the_runs_evaluation_and_can_execute
     assert not [k for k in whole if k.startswith("executed_length")]
     assert whole["policy_calls_per_episode"] == -(-whole["episode.length"] // 3)  # h = 3: one call per chunk
 
+    # Several commitment margins in one call, a line each on the same episodes: 0 is the run's own rule, a large
+    # margin the whole-chunk choices (the same chunks, so the same episodes as adaptive_length=False).
+    assert ec.main([run_dir, "--step=20", "--agent_grid", "commit_margin=0,1e6"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [json.loads(line)["agent.commit_margin"] for line in lines] == [0.0, 1e6]
+    zero, large = ({k: v for k, v in json.loads(line).items() if k not in timed} for line in lines)
+    assert zero == {"agent.commit_margin": 0.0, **{k: v for k, v in stats.items() if k not in timed}}
+    assert large["executed_length.mean"] == 3 and large["executed_length.share_3"] == 1
+    assert {k: v for k, v in large.items() if k in whole} == {k: v for k, v in whole.items() if k not in timed}
+    # A run recorded before the agent had these keys: their defaults (today's rule), said on stderr.
+    old_run = str(tmp_path / "old_run")
+    shutil.copytree(run_dir, old_run)
+    with open(os.path.join(old_run, "flags.json")) as f:
+        record = json.load(f)
+    del record["agent"]["commit_margin"], record["agent"]["target_choice"]
+    with open(os.path.join(old_run, "flags.json"), "w") as f:
+        json.dump(record, f)
+    assert ec.main([old_run, "--step=20", "--agent_grid", "commit_margin=0;1e6"]) == 0
+    out, err = capsys.readouterr()
+    assert [{k: v for k, v in json.loads(line).items() if k not in timed} for line in out.splitlines()] == [zero, large]
+    assert "predates the agent key(s) commit_margin=0.0, target_choice='max'" in err
+
     for argv, message in [
         (["--step=7"], "checkpoints of this run: steps [20]"),
         (["--step=20", "--agent", "bogus=1"], "KEY one of the run's agent keys"),
         (["--step=20", "--agent", "adaptive_length=3"], "adaptive_length is bool (True), not int"),
         (["--step=20", "--episodes=0"], "--episodes=0: must be at least 1"),
         (["--step=20", "--agent", "actor_num_samples=0"], "actor_num_samples must be an int >= 1, got 0"),
+        (["--step=20", "--agent_grid", "commit_margin=0,-1"], "commit_margin must be a finite number >= 0, got -1.0"),
+        (["--step=20", "--agent_grid", "commit_margin=0,0.0"], "list one value twice: '0' and '0.0'"),
+        (["--step=20", "--agent_grid", "commit_margin"], "the form is KEY=V1,V2,..."),
+        (["--step=20", "--agent_grid", "margin=1,2"], "--agent_grid 'margin=1': expected KEY=VALUE with KEY one of"),
     ]:
         with pytest.raises(SystemExit) as exit_info:
             ec.main([run_dir, *argv])
