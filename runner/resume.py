@@ -1,8 +1,10 @@
 """Run states and `--resume` (docs/outputs.md, "Resume and preemption", tells the story).
 
 A state is `<run_dir>/state/step_<global step, 12 digits>/` (`agent.msgpack`, `buffer/<field>.npy` online,
-`state.json`, and `COMPLETE` last), written into a temporary directory and renamed into place, so a
-half-written state is never read.
+`state.json`, `SHA256SUMS`, and `COMPLETE` last), written into a temporary directory and renamed into place, so
+a half-written state is never read. `SHA256SUMS` (the format of `sha256sum -c`) holds the sha256 of every other
+file of the state; a reader checks them, so a state damaged after it was written (a flipped byte, an edited
+array) is passed over for the one before it.
 """
 
 import contextlib
@@ -27,6 +29,7 @@ from utils.flax_utils import restore_agent, save_agent
 FORMAT_VERSION = 1  # of the run-state folder; a reader refuses any other (`StateFormatError`)
 EXIT_PREEMPTED = 3  # the driver wrote its state and stopped on a signal: rerun with --resume to continue
 PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+CHECKSUMS = "SHA256SUMS"  # in each state folder: "<sha256>  <path relative to the folder>" per file
 
 
 def state_dirs(run_dir: str) -> List[str]:
@@ -84,8 +87,11 @@ def write_state(run_dir: str, meta: Dict, agent, buffer=None, keep: Optional[int
                     "max_size": int(buffer.max_size),
                     "rows": int(rows),
                 }
+            meta["checksums"] = CHECKSUMS  # a state without the file it names is damaged, not old
             with open(os.path.join(tmp, "state.json"), "w") as f:
                 json.dump(meta, f)
+            with open(os.path.join(tmp, CHECKSUMS), "w") as f:
+                f.writelines(f"{sha256_file(os.path.join(tmp, n))}  {n}\n" for n in _state_files(tmp))
             with open(os.path.join(tmp, "COMPLETE"), "w") as f:
                 f.write(name + "\n")
                 f.flush()
@@ -102,6 +108,44 @@ def write_state(run_dir: str, meta: Dict, agent, buffer=None, keep: Optional[int
     return final
 
 
+def _state_files(path: str) -> List[str]:
+    """The files of the state folder `path` that `SHA256SUMS` covers (relative paths, sorted)."""
+    names = [n for n in os.listdir(path) if n not in (CHECKSUMS, "COMPLETE") and n != "buffer"]
+    if os.path.isdir(os.path.join(path, "buffer")):
+        names += [f"buffer/{n}" for n in os.listdir(os.path.join(path, "buffer"))]
+    return sorted(names)
+
+
+def verify_checksums(path: str, meta: Dict):
+    """`ValueError` naming the first file of the state folder `path` that differs from its `SHA256SUMS` line,
+    is missing, or is not listed; `meta` is its `state.json`. A state written before checksums (neither a
+    `checksums` key in `state.json` nor `SHA256SUMS`) passes unchecked; one whose `state.json` names the file
+    but lacks it is damaged."""
+    listed_path = os.path.join(path, CHECKSUMS)
+    if not os.path.exists(listed_path):
+        if isinstance(meta, dict) and meta.get("checksums"):
+            raise ValueError(f"{CHECKSUMS} is missing")
+        return
+    with open(listed_path) as f:
+        lines = f.read().splitlines()
+    listed = {}
+    for line in lines:
+        digest, sep, name = line.partition("  ")
+        if not sep or not re.fullmatch(r"[0-9a-f]{64}", digest) or not name:
+            raise ValueError(f"{CHECKSUMS} has a broken line: {line[:80]!r}")
+        listed[name] = digest
+    for name in _state_files(path):
+        if name not in listed:
+            raise ValueError(f"{name} is not in {CHECKSUMS}")
+    for name, digest in sorted(listed.items()):
+        file = os.path.join(path, name)
+        if not os.path.isfile(file):
+            raise ValueError(f"{name} is missing ({CHECKSUMS} lists it)")
+        actual = sha256_file(file)
+        if actual != digest:
+            raise ValueError(f"{name} has sha256 {actual[:12]}..., {CHECKSUMS} says {digest[:12]}...: changed since")
+
+
 class StateFormatError(ValueError):
     """A run state written in another format than `FORMAT_VERSION`: not damaged, but not this code's to read."""
 
@@ -109,7 +153,8 @@ class StateFormatError(ValueError):
 def read_state(path: str, agent_template) -> Dict:
     """`state.json` of `path` plus `agent` (restored into `agent_template`) and, if saved, `buffer_arrays`.
 
-    Raises `StateFormatError` when `state.json` names another `format_version` than this code writes.
+    Raises `StateFormatError` when `state.json` names another `format_version` than this code writes, and
+    `ValueError` when a file differs from its `SHA256SUMS` line (`verify_checksums`) or does not read back.
     """
     with open(os.path.join(path, "state.json")) as f:
         meta = json.load(f)
@@ -120,6 +165,7 @@ def read_state(path: str, agent_template) -> Dict:
             "it was written by another version of qc. Resume with the commit that wrote it (flags.json's "
             "made_by names it), or start a new run. Nothing was changed."
         )
+    verify_checksums(path, meta)
     meta["agent"] = restore_agent(agent_template, os.path.join(path, "agent.msgpack"))
     if "buffer" in meta:
         folder, info = os.path.join(path, "buffer"), meta["buffer"]

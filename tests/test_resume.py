@@ -78,7 +78,17 @@ def test_sigkill_then_resume_is_exact(tmp_path, dataset_path, reference_runs, sc
     assert resume.state_dirs(run_dir) and not os.path.exists(os.path.join(run_dir, "DONE.json"))
     with open(os.path.join(resume.state_dirs(run_dir)[-1], "state.json")) as f:
         assert json.load(f)["format_version"] == resume.FORMAT_VERSION
+    if script == "main_online.py":  # a byte of the newest state's buffer flipped since: the one before it is used
+        older, newest = resume.state_dirs(run_dir)[-2:]
+        with open(os.path.join(newest, "buffer", "observations.npy"), "r+b") as f:
+            f.seek(-5, os.SEEK_END)
+            byte = f.read(1)
+            f.seek(-5, os.SEEK_END)
+            f.write(bytes([byte[0] ^ 0x10]))
     _, resumed = _run(script, str(tmp_path), "r", dataset_path, *extra, "--resume", compiles=True)
+    if script == "main_online.py":
+        assert f"Skipping damaged run state {newest} (ValueError: buffer/observations.npy has sha256" in resumed.stderr
+        assert f"Resuming from {older} " in resumed.stderr
     final = 456 if script == "main.py" else 450
     name = "main" if script == "main.py" else "online"
     assert_same_run(reference_runs[name], run_dir, final)

@@ -4,6 +4,7 @@ import errno
 import json
 import logging
 import os
+import re
 import types
 
 import numpy as np
@@ -566,7 +567,9 @@ def test_a_damaged_complete_state_falls_back_and_the_run_dir_is_locked(tmp_path)
     os.remove(os.path.join(newest, "buffer", "rewards.npy"))  # marked COMPLETE, but damaged
     got = resume.read_latest_usable_state(str(tmp_path), {"w": np.zeros(2)}, data)
     assert got["path"] == older and got["global_step"] == 3
-    # A text file in place of an array: named as such, never with numpy's advice to load it unsafely.
+    # A text file in place of an array (in a state written before checksums, which would name the change):
+    # named as such, never with numpy's advice to load it unsafely.
+    _as_before_checksums(newest)
     with open(os.path.join(newest, "buffer", "rewards.npy"), "w") as f:
         f.write("0.0,1.0\n")
     with pytest.raises(ValueError, match=r"buffer/rewards.npy is not a .npy array file") as e:
@@ -579,6 +582,84 @@ def test_a_damaged_complete_state_falls_back_and_the_run_dir_is_locked(tmp_path)
     resume.release_run_dir(str(tmp_path))
     resume.lock_run_dir(str(tmp_path))  # free again
     resume.release_run_dir(str(tmp_path))
+
+
+def _two_online_states(tmp_path):
+    from utils.datasets import ReplayBuffer
+
+    data = _dataset([0] * 9 + [1])
+    buffer = ReplayBuffer.create_from_initial_dataset(dict(data), size=20)
+    meta = {"phase": "online", "step_in_phase": 1, "dataset_rng": {}, "csv_rows": {}, "collector": {}}
+    older = resume.write_state(str(tmp_path), {**meta, "global_step": 3}, {"w": np.ones(2)}, buffer)
+    newest = resume.write_state(str(tmp_path), {**meta, "global_step": 6}, {"w": np.ones(2)}, buffer)
+    return data, older, newest
+
+
+def _as_before_checksums(state):
+    """Make `state` as a qc before run-state checksums wrote it: no SHA256SUMS, no `checksums` key."""
+    os.remove(os.path.join(state, resume.CHECKSUMS))
+    with open(os.path.join(state, "state.json")) as f:
+        meta = json.load(f)
+    del meta["checksums"]
+    with open(os.path.join(state, "state.json"), "w") as f:
+        json.dump(meta, f)
+
+
+def _flip_last_byte(path):
+    with open(path, "r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([byte[0] ^ 0x01]))
+
+
+def _nan_into(path):
+    array = np.load(path)
+    array[2] = np.nan
+    np.save(path, array)
+
+
+@pytest.mark.parametrize(
+    "damage, why",
+    [
+        (lambda s: _flip_last_byte(os.path.join(s, "buffer", "rewards.npy")), r"buffer/rewards.npy has sha256 .*says"),
+        (lambda s: _nan_into(os.path.join(s, "buffer", "observations.npy")), r"buffer/observations.npy has sha256"),
+        (lambda s: _flip_last_byte(os.path.join(s, "agent.msgpack")), r"agent.msgpack has sha256"),
+        (lambda s: os.remove(os.path.join(s, resume.CHECKSUMS)), r"SHA256SUMS is missing"),
+        (lambda s: np.save(os.path.join(s, "buffer", "extra.npy"), np.zeros(3)), r"buffer/extra.npy is not in"),
+    ],
+    ids=["flipped-byte-buffer", "nan-in-buffer", "flipped-byte-agent", "sums-deleted", "file-added"],
+)
+def test_a_state_changed_since_written_is_passed_over_with_a_line(tmp_path, caplog, damage, why):
+    """Issue 59 item 5b: each state carries the sha256 of its files; a damaged newest state gives one warning
+    line naming the file, and the one before it is resumed; with none left the run is refused."""
+    cfg = types.SimpleNamespace(save_dir=str(tmp_path), run_group="g", run_name="r")
+    run_dir = resume.run_dir_of(cfg)
+    data, older, newest = _two_online_states(run_dir)
+    with open(os.path.join(newest, resume.CHECKSUMS)) as f:
+        listed = sorted(line.split("  ")[1] for line in f.read().splitlines())
+    assert listed == ["agent.msgpack"] + [f"buffer/{k}.npy" for k in sorted(data.keys())] + ["state.json"]
+    damage(newest)
+    with caplog.at_level(logging.WARNING):
+        got = resume.read_latest_usable_state(run_dir, {"w": np.zeros(2)}, data)
+    assert got["path"] == older and got["global_step"] == 3
+    assert re.search(r"Skipping damaged run state .*step_000000000006 \(ValueError: " + why, caplog.text)
+    assert resume.group_resume_states([cfg], [{"w": np.zeros(2)}], [data])[0]["path"] == older
+    damage(older)
+    with pytest.raises(ValueError, match=r"no run state can be read back .*3, 6"):
+        resume.group_resume_states([cfg], [{"w": np.zeros(2)}], [data])
+    assert resume.state_steps(run_dir) == [3, 6]  # nothing deleted
+
+
+def test_a_state_written_before_checksums_still_resumes_and_sha256sum_can_check_one(tmp_path):
+    import shutil
+    import subprocess
+
+    data, older, newest = _two_online_states(tmp_path)
+    if shutil.which("sha256sum"):  # the file is in the standard format
+        subprocess.run(["sha256sum", "--quiet", "-c", resume.CHECKSUMS], cwd=newest, check=True)
+    _as_before_checksums(newest)
+    assert resume.read_latest_usable_state(str(tmp_path), {"w": np.zeros(2)}, data)["path"] == newest
 
 
 def _seed_states(tmp_path, steps_per_seed):
