@@ -456,7 +456,8 @@ def changed_settings(record: Dict, flag_values: Dict, agent: Dict) -> List[str]:
     """`--name: then -> now` for every setting of `flag_values`/`agent` that differs from the run's `record`.
 
     Settings in `RESUME_MAY_CHANGE` may differ; paths compare after normalisation; agent keys filled
-    in by `create` (`FILLED_KEYS`) and unset keys are not compared. A record from before `--eval_temperature`
+    in by `create` (`FILLED_KEYS`) and unset keys are not compared; an agent key the record lacks (added to the
+    agent since) counts as its `get_config()` default. A record from before `--eval_temperature`
     existed counts as 1 for an agent with a temperature (it evaluated with the collection noise) and 0 otherwise.
     """
     old, new = _comparable(record.get("flags", {}), PATH_FLAGS), _comparable(flag_values, PATH_FLAGS)
@@ -468,10 +469,23 @@ def changed_settings(record: Dict, flag_values: Dict, agent: Dict) -> List[str]:
         if k not in RESUME_MAY_CHANGE and k not in LOCATION_FLAGS and old.get(k) != new.get(k)
     ]
     old_agent, new_agent = _comparable(record.get("agent", {})), _comparable(agent)
+    if old_agent:  # a key the agent gained since the run was recorded: the run had the behaviour of its default
+        old_agent = {**_comparable(_agent_defaults(agent)), **old_agent}
     for k in sorted(new_agent):
         if k not in FILLED_KEYS and new_agent[k] is not None and old_agent.get(k) != new_agent[k]:
             changed.append(f"--agent.{k}: {old_agent.get(k)!r} then, {new_agent[k]!r} now")
     return changed
+
+
+def _agent_defaults(agent: Dict) -> Dict:
+    """The agent's `get_config()` values (empty for an agent this code does not know). Agent keys are added
+    with the default that keeps the earlier behaviour (docs/outputs.md), as ACSAC's `commit_margin` = 0."""
+    import agents
+
+    try:
+        return agents.get(agent.get("agent_name")).get_config().to_dict()
+    except ValueError:
+        return {}
 
 
 def _takes_temperature(agent: Dict) -> bool:

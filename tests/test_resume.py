@@ -184,3 +184,23 @@ def test_a_run_recorded_before_eval_temperature_resumes_as_it_evaluated():
         ]
     recorded = {"flags": {"seed": 0, "eval_temperature": 0.0}, "agent": {"agent_name": "iql"}}  # compared as usual
     assert resume.changed_settings(recorded, {"seed": 0, "eval_temperature": 0.0}, {"agent_name": "iql"}) == []
+
+
+def test_a_run_recorded_before_an_agent_key_existed_resumes_at_its_default():
+    """ACSAC runs recorded before `commit_margin` and `target_choice` (issue 60) resume: a key the record lacks
+    counts as the agent's default, which is what the run did; another value is a change the resume names."""
+    from agents import acsac
+
+    now = acsac.get_config().to_dict()
+    recorded = {k: v for k, v in now.items() if k not in ("commit_margin", "target_choice")}
+    record = {"flags": {"seed": 0, "eval_temperature": 0.0}, "agent": recorded}
+    flag_values = {"seed": 0, "eval_temperature": 0.0}
+    assert now["commit_margin"] == 0.0 and now["target_choice"] == "max"
+    assert resume.changed_settings(record, flag_values, now) == []
+    assert resume.changed_settings(record, flag_values, {**now, "commit_margin": 0.5, "target_choice": "double"}) == [
+        "--agent.commit_margin: 0.0 then, 0.5 now",
+        "--agent.target_choice: 'max' then, 'double' now",
+    ]
+    # A key the record holds is compared as recorded, default or not.
+    record["agent"] = {**recorded, "commit_margin": 0.25}
+    assert resume.changed_settings(record, flag_values, now) == ["--agent.commit_margin: 0.25 then, 0.0 now"]
