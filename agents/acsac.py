@@ -40,6 +40,24 @@ from utils.networks import ActorVectorField, ensemblize
 BATCH_KEYS = ("observations", "actions", "next_observations", "rewards", "masks", "valid")
 
 
+def causal_attention(query, key, value, mask=None, **_):
+    """Scaled dot-product attention as `flax.linen.dot_product_attention` computes it, for short sequences.
+
+    `query`, `key`, `value` `(*B, T, heads, head_dim)`, `mask` broadcastable to `(*B, heads, T, T)` (True: attend);
+    returns `(*B, T, heads, head_dim)`, equal to flax's to float tolerance (`tests/test_acsac.py`). With `T = H + 1`
+    tokens the scores and the weighted sum are products summed over one axis, which XLA fuses, where flax's
+    batched matmuls of `T x head_dim` tiles are slow on CPU (docs/benchmarks.md, section 4). Other keyword
+    arguments of flax's (dropout, precision) are ignored: the critic uses none.
+    """
+    query = query / jnp.sqrt(query.shape[-1]).astype(query.dtype)
+    scores = jnp.sum(query[..., :, None, :, :] * key[..., None, :, :, :], axis=-1)  # (*B, Tq, Tk, heads)
+    scores = jnp.moveaxis(scores, -1, -3)  # (*B, heads, Tq, Tk), the mask's layout
+    if mask is not None:
+        scores = jnp.where(mask, scores, jnp.finfo(scores.dtype).min)
+    weights = jnp.moveaxis(jax.nn.softmax(scores, axis=-1), -3, -1)  # (*B, Tq, Tk, heads)
+    return jnp.sum(weights[..., None] * value[..., None, :, :, :], axis=-3)  # (*B, Tq, heads, head_dim)
+
+
 class PrefixCritic(nn.Module):
     """`Q(s, a_{1:h})` for `h = 1..H` in one pass: `(s (*B, D), chunk (*B, H * A)) -> (*B, H)`.
 
@@ -55,6 +73,7 @@ class PrefixCritic(nn.Module):
     num_layers: int = 2
     num_heads: int = 8
     head_dim: int = 16
+    attention_fn: Any = causal_attention  # flax's `dot_product_attention` gives the same values, slower on CPU
 
     @nn.compact
     def __call__(self, observations, actions):
@@ -68,9 +87,10 @@ class PrefixCritic(nn.Module):
         mask = nn.make_causal_mask(jnp.ones(tokens.shape[:-1]))  # (*B, 1, H + 1, H + 1)
         for _ in range(self.num_layers):
             x = nn.LayerNorm()(tokens)
-            tokens = tokens + nn.MultiHeadDotProductAttention(num_heads=self.num_heads, qkv_features=width)(
-                x, x, mask=mask
+            attention = nn.MultiHeadDotProductAttention(
+                num_heads=self.num_heads, qkv_features=width, attention_fn=self.attention_fn
             )
+            tokens = tokens + attention(x, x, mask=mask)
             x = nn.Dense(width)(nn.gelu(nn.Dense(4 * width)(nn.LayerNorm()(tokens))))
             tokens = tokens + x
         return nn.Dense(1)(nn.LayerNorm()(tokens))[..., 1:, 0]  # (*B, H): the action tokens

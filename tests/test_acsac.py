@@ -48,6 +48,42 @@ def test_critic_is_causal_to_the_bit():
         assert np.all(critic_values(agent, observations, moved)[..., h - 1] != base[..., h - 1])
 
 
+@pytest.mark.parametrize("heads, head_dim", [(2, 4), (8, 16)])  # the tiny agent's, and the default's
+def test_the_critic_attention_gives_flax_values_and_gradients(heads, head_dim):
+    """Issue 60 item 1: `causal_attention` (the faster form) against flax's `dot_product_attention` in the same
+    critic with the same parameters: values of every prefix and the gradient of a squared TD-like loss, to float
+    tolerance; the parameters (names, shapes, initial values) are the same as before it."""
+    import flax.linen as nn
+
+    from agents.acsac import PrefixCritic
+    from utils.networks import ensemblize
+
+    agent = tiny_agent(num_heads=heads, head_dim=head_dim)
+    sizes = dict(horizon=H, action_dim=A, num_layers=2, num_heads=heads, head_dim=head_dim)
+    flax_critic = ensemblize(PrefixCritic, 2)(**sizes, attention_fn=nn.dot_product_attention)
+    ours = agent.network.params["modules_critic"]
+    rng = np.random.default_rng(1)
+    observations = jnp.asarray(rng.normal(size=(6, 3, D)), jnp.float32)  # (B, N, D): as the target's
+    chunks = jnp.asarray(rng.uniform(-1, 1, (6, 3, H * A)), jnp.float32)
+    targets = jnp.asarray(rng.normal(size=(2, 6, 3, H)), jnp.float32)
+    fresh = flax_critic.init(jax.random.PRNGKey(3), observations[:1, 0], chunks[:1, 0])["params"]
+    again = ensemblize(PrefixCritic, 2)(**sizes).init(jax.random.PRNGKey(3), observations[:1, 0], chunks[:1, 0])
+    jax.tree_util.tree_map(np.testing.assert_array_equal, fresh, again["params"])  # same tree, same start
+
+    def loss(params, critic):
+        return jnp.mean(jnp.square(critic.apply({"params": params}, observations, chunks) - targets))
+
+    ref_values = flax_critic.apply({"params": ours}, observations, chunks)
+    values = agent.network.select("critic")(observations, chunks)
+    assert values.shape == (2, 6, 3, H)
+    np.testing.assert_allclose(np.asarray(values), np.asarray(ref_values), rtol=1e-5, atol=1e-6)
+    ref_grads = jax.grad(loss)(ours, flax_critic)
+    grads = jax.grad(loss)(ours, ensemblize(PrefixCritic, 2)(**sizes))
+    scale = max(float(jnp.abs(g).max()) for g in jax.tree_util.tree_leaves(ref_grads))
+    for a, b in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(ref_grads), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6 * scale)
+
+
 def window_across_an_episode_end(discount):
     """Two trajectories: rows 0-1 (row 1 ends it and solves the task: mask 0, terminal 1) and rows 2-5; the window
     starts at row 0, so its bootstrap mask drops to 0 after step 0 and its last step is the next trajectory's."""
