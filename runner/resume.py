@@ -110,7 +110,7 @@ def write_state(run_dir: str, meta: Dict, agent, buffer=None, keep: Optional[int
 
 def _state_files(path: str) -> List[str]:
     """The files of the state folder `path` that `SHA256SUMS` covers (relative paths, sorted)."""
-    names = [n for n in os.listdir(path) if n not in (CHECKSUMS, "COMPLETE") and n != "buffer"]
+    names = [n for n in os.listdir(path) if n not in (CHECKSUMS, "COMPLETE", "buffer")]
     if os.path.isdir(os.path.join(path, "buffer")):
         names += [f"buffer/{n}" for n in os.listdir(os.path.join(path, "buffer"))]
     return sorted(names)
@@ -477,27 +477,30 @@ def changed_settings(record: Dict, flag_values: Dict, agent: Dict) -> List[str]:
     return changed
 
 
-def _agent_defaults(agent: Dict) -> Dict:
-    """The agent's `get_config()` values (empty for an agent this code does not know). Agent keys are added
-    with the default that keeps the earlier behaviour (docs/outputs.md), as ACSAC's `commit_margin` = 0."""
+def _agent_spec(agent: Dict):
+    """The registry's spec of the recorded agent, or None for an agent this code does not know (the agent
+    comparison then names the difference)."""
     import agents
 
     try:
-        return agents.get(agent.get("agent_name")).get_config().to_dict()
+        return agents.get(agent.get("agent_name"))
     except ValueError:
-        return {}
+        return None
+
+
+def _agent_defaults(agent: Dict) -> Dict:
+    """The agent's `get_config()` values (empty for an unknown agent). Agent keys are added with the default
+    that keeps the earlier behaviour (docs/outputs.md), as ACSAC's `commit_margin` = 0."""
+    spec = _agent_spec(agent)
+    return spec.get_config().to_dict() if spec is not None else {}
 
 
 def _takes_temperature(agent: Dict) -> bool:
     """Whether the agent's `sample_actions` takes a `temperature` (IQL, ReBRAC: `--eval_temperature` applies)."""
-    import agents
     from agents import common
 
-    try:
-        spec = agents.get(agent.get("agent_name"))
-    except ValueError:  # an agent this code does not know: the agent comparison names the difference
-        return False
-    return common.sample_actions_takes(spec.agent_class, "temperature")
+    spec = _agent_spec(agent)
+    return spec is not None and common.sample_actions_takes(spec.agent_class, "temperature")
 
 
 def moves(record: Dict, flag_values: Dict) -> List[Dict]:

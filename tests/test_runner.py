@@ -556,14 +556,20 @@ def test_records_get_the_mode_open_would_give(tmp_path):
         os.umask(old)
 
 
-def test_a_damaged_complete_state_falls_back_and_the_run_dir_is_locked(tmp_path):
+def _two_online_states(run_dir):
+    """Two complete online states (global steps 3 and 6) of `run_dir`: `(dataset, older, newest)`."""
     from utils.datasets import ReplayBuffer
 
     data = _dataset([0] * 9 + [1])
     buffer = ReplayBuffer.create_from_initial_dataset(dict(data), size=20)
     meta = {"phase": "online", "step_in_phase": 1, "dataset_rng": {}, "csv_rows": {}, "collector": {}}
-    older = resume.write_state(str(tmp_path), {**meta, "global_step": 3}, {"w": np.ones(2)}, buffer)
-    newest = resume.write_state(str(tmp_path), {**meta, "global_step": 6}, {"w": np.ones(2)}, buffer)
+    older = resume.write_state(run_dir, {**meta, "global_step": 3}, {"w": np.ones(2)}, buffer)
+    newest = resume.write_state(run_dir, {**meta, "global_step": 6}, {"w": np.ones(2)}, buffer)
+    return data, older, newest
+
+
+def test_a_damaged_complete_state_falls_back_and_the_run_dir_is_locked(tmp_path):
+    data, older, newest = _two_online_states(str(tmp_path))
     os.remove(os.path.join(newest, "buffer", "rewards.npy"))  # marked COMPLETE, but damaged
     got = resume.read_latest_usable_state(str(tmp_path), {"w": np.zeros(2)}, data)
     assert got["path"] == older and got["global_step"] == 3
@@ -582,17 +588,6 @@ def test_a_damaged_complete_state_falls_back_and_the_run_dir_is_locked(tmp_path)
     resume.release_run_dir(str(tmp_path))
     resume.lock_run_dir(str(tmp_path))  # free again
     resume.release_run_dir(str(tmp_path))
-
-
-def _two_online_states(tmp_path):
-    from utils.datasets import ReplayBuffer
-
-    data = _dataset([0] * 9 + [1])
-    buffer = ReplayBuffer.create_from_initial_dataset(dict(data), size=20)
-    meta = {"phase": "online", "step_in_phase": 1, "dataset_rng": {}, "csv_rows": {}, "collector": {}}
-    older = resume.write_state(str(tmp_path), {**meta, "global_step": 3}, {"w": np.ones(2)}, buffer)
-    newest = resume.write_state(str(tmp_path), {**meta, "global_step": 6}, {"w": np.ones(2)}, buffer)
-    return data, older, newest
 
 
 def _as_before_checksums(state):
