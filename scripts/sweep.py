@@ -245,40 +245,61 @@ def driver_flags(driver: str) -> Tuple[set, set]:
     return own, absl_own - own
 
 
-def agent_keys(driver: str, fixed: Sequence[str]) -> set:
-    """The config keys of the agent the runs build (`--agent=FILE` after `--`, else the driver's default)."""
+def agent_keys(driver: str, fixed: Sequence[str], method: Optional[str] = None) -> Tuple[str, set]:
+    """The agent config file the runs build and its keys: `--agent=FILE` after `--`, else the agent of `method`
+    (a swept `--method` value) or of `--method` after `--`, else the driver's default."""
     from runner.cli import default_agent_file
 
-    path = flag_value(fixed, "agent") or default_agent_file(driver, ["sweep", *fixed])
+    argv = ["sweep", *fixed, *([f"--method={method}"] if method else [])]
+    path = flag_value(fixed, "agent") or default_agent_file(driver, argv)
     try:
         spec = importlib.util.spec_from_file_location("_sweep_agent_config", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        return set(module.get_config().keys())
+        return path, set(module.get_config().keys())
     except Exception as e:  # noqa: BLE001 - any failure to load is a bad --agent file
         raise InputError(f"--agent={path}: cannot load the agent config file ({type(e).__name__}: {e})") from None
 
 
 def check_flags(driver: str, axes: Sequence[Axis], fixed: Sequence[str]):
-    """`InputError` for a swept or fixed flag the driver does not have, or a conflict between them."""
+    """`InputError` for a swept or fixed flag the driver does not have, or a conflict between them. An `--agent.*`
+    key must be a key of the agent of every swept `--method` value (each builds its own agent)."""
     own, absl_own = driver_flags(driver)
-    keys = agent_keys(driver, fixed)
     script = next(f for f, d in DRIVERS.items() if d == driver)
+    swept_methods = [None]
+    for axis in axes:
+        if axis.key == "method":
+            for value in axis.values:
+                if value not in methods.method_names(driver):
+                    accepted = "|".join(methods.method_names(driver))
+                    raise InputError(f"--grid=method=...: {value!r} is not a method of {script} ({accepted})")
+            swept_methods = list(axis.values)
+    agents_built = {m: agent_keys(driver, fixed, m) for m in swept_methods}
 
-    def known(name: str) -> bool:
+    def unknown(name: str) -> Optional[str]:
+        """Why `--name` is not a flag of every run, or None when it is."""
         for prefix in ("agent.", "noagent."):
             if name.startswith(prefix):
-                return name[len(prefix) :] in keys
+                key = name[len(prefix) :]
+                lacking = [(m, path) for m, (path, keys) in agents_built.items() if key not in keys]
+                if not lacking:
+                    return None
+                m, path = lacking[0]
+                if m is None:
+                    return f"{script} has no flag --{name}"
+                return f"the agent of --method={m} ({os.path.relpath(path)}) has no key {key}"
         everything = own | absl_own
-        return name in everything or (name.startswith("no") and name[2:] in everything)
+        if name in everything or (name.startswith("no") and name[2:] in everything):
+            return None
+        return f"{script} has no flag --{name}"
 
     for axis in axes:
-        if not known(axis.key):
-            raise InputError(f"--grid={axis.key}=...: {script} has no flag --{axis.key}")
+        if why := unknown(axis.key):
+            raise InputError(f"--grid={axis.key}=...: {why}")
     fixed_names = flag_names(fixed)
     for name in fixed_names:
-        if not known(name):
-            raise InputError(f"{script} has no flag --{name} (after --)")
+        if why := unknown(name):
+            raise InputError(f"{why} (after --)")
         if name == "num_seeds":
             raise InputError(
                 "--num_seeds (after --): the sweep sets it; use --seeds_per_process=S to train S seeds in one process"
@@ -290,11 +311,6 @@ def check_flags(driver: str, axes: Sequence[Axis], fixed: Sequence[str]):
     for axis in axes:
         if axis.key in fixed_names or f"no{axis.key}" in fixed_names:
             raise InputError(f"--{axis.key} is both swept (--grid) and fixed (after --)")
-        if axis.key == "method":
-            for value in axis.values:
-                if value not in methods.method_names(driver):
-                    accepted = "|".join(methods.method_names(driver))
-                    raise InputError(f"--grid=method=...: {value!r} is not a method of {script} ({accepted})")
 
 
 # ------------------------------------------------------------------------------------------------ runs

@@ -172,6 +172,16 @@ def test_run_names_are_sanitized_and_unique(capsys):
         (["--grid=hrizon_length=1,5"], "main.py has no flag --hrizon_length"),
         (["--grid=agent.bc_alpha=0,1"], "main.py has no flag --agent.bc_alpha"),
         (["--grid=method=rlpd"], "'rlpd' is not a method of main.py"),
+        # Each swept method builds its own agent: a key one of them lacks is named with that method and its file.
+        (
+            ["--grid=method=acsac,qc", "--", "--agent.target_choice=double"],
+            "error: the agent of --method=qc (agents/acfql.py) has no key target_choice (after --)",
+        ),
+        (
+            ["--grid=method=qc,acsac", "--grid=agent.commit_margin=0,1"],
+            "--grid=agent.commit_margin=...: the agent of --method=qc (agents/acfql.py) has no key commit_margin",
+        ),
+        (["--grid=method=acsac", "--grid=agent.alpha=1,2"], "the agent of --method=acsac (agents/acsac.py) has no key"),
         (["--seeds=0,x"], "not an integer"),
         (["--tasks=6"], "--tasks=6: task 6 of cube-double: OGBench tasks are 1..5."),  # the family's tasks
         (["--tasks=2-7"], "--tasks=2-7: task 6 of cube-double: OGBench tasks are 1..5."),
@@ -198,6 +208,25 @@ def test_bad_inputs_are_one_error_line(capsys, argv, message):
     driver = [] if any(a.startswith("--driver") for a in argv) else ["--driver=main.py"]
     line = _error(capsys, *driver, "--dry_run", *argv)
     assert message in line
+
+
+def test_a_swept_method_s_own_agent_keys_can_be_swept_and_fixed(capsys):
+    """The agent keys of a method named only in `--grid=method=...` (here ACSAC's, which the driver's default agent
+    lacks) are accepted, swept or fixed, and reach every command with its method."""
+    commands, _ = _dry_run(
+        capsys,
+        "--grid=method=acsac,acsac-fixed",
+        "--grid=agent.target_choice=max,double",
+        fixed=(ENV, "--agent.commit_margin=0.5"),
+    )
+    assert [(_flag(c, "method"), _flag(c, "agent.target_choice")) for c in commands] == [
+        ("acsac", "max"),
+        ("acsac", "double"),
+        ("acsac-fixed", "max"),
+        ("acsac-fixed", "double"),
+    ]
+    assert all(_flag(c, "agent.commit_margin") == "0.5" for c in commands)
+    assert len({_flag(c, "run_name") for c in commands}) == 4
 
 
 def test_main_online_driver_and_its_flags(capsys):
