@@ -245,18 +245,22 @@ def driver_flags(driver: str) -> Tuple[set, set]:
     return own, absl_own - own
 
 
-def agent_keys(driver: str, fixed: Sequence[str], method: Optional[str] = None) -> Tuple[str, set]:
-    """The agent config file the runs build and its keys: `--agent=FILE` after `--`, else the agent of `method`
-    (a swept `--method` value) or of `--method` after `--`, else the driver's default."""
+def agent_file(driver: str, fixed: Sequence[str], method: Optional[str] = None) -> str:
+    """The agent config file the runs build: `--agent=FILE` after `--`, else the agent of `method` (a swept
+    `--method` value) or of `--method` after `--`, else the driver's default."""
     from runner.cli import default_agent_file
 
     argv = ["sweep", *fixed, *([f"--method={method}"] if method else [])]
-    path = flag_value(fixed, "agent") or default_agent_file(driver, argv)
+    return flag_value(fixed, "agent") or default_agent_file(driver, argv)
+
+
+def agent_keys(path: str) -> set:
+    """The config keys of the agent config file `path`; `InputError` when it cannot be loaded."""
     try:
         spec = importlib.util.spec_from_file_location("_sweep_agent_config", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        return path, set(module.get_config().keys())
+        return set(module.get_config().keys())
     except Exception as e:  # noqa: BLE001 - any failure to load is a bad --agent file
         raise InputError(f"--agent={path}: cannot load the agent config file ({type(e).__name__}: {e})") from None
 
@@ -274,14 +278,15 @@ def check_flags(driver: str, axes: Sequence[Axis], fixed: Sequence[str]):
                     accepted = "|".join(methods.method_names(driver))
                     raise InputError(f"--grid=method=...: {value!r} is not a method of {script} ({accepted})")
             swept_methods = list(axis.values)
-    agents_built = {m: agent_keys(driver, fixed, m) for m in swept_methods}
+    files = {m: agent_file(driver, fixed, m) for m in swept_methods}
+    keys_of = {path: agent_keys(path) for path in dict.fromkeys(files.values())}  # each file loaded once
 
     def unknown(name: str) -> Optional[str]:
         """Why `--name` is not a flag of every run, or None when it is."""
         for prefix in ("agent.", "noagent."):
             if name.startswith(prefix):
                 key = name[len(prefix) :]
-                lacking = [(m, path) for m, (path, keys) in agents_built.items() if key not in keys]
+                lacking = [(m, path) for m, path in files.items() if key not in keys_of[path]]
                 if not lacking:
                     return None
                 m, path = lacking[0]
