@@ -50,16 +50,11 @@ settings on the same software give byte-identical files. Version 1 drew all epis
 one env generator, one Generator and one global legacy seed, so a seed gives other (equally distributed)
 data under version 2; the file's `generator_version` says which procedure made it.
 
-Worker processes: `--num_workers=W` (W > 1) starts `min(W, episodes)` processes with multiprocessing's
-'spawn' start method (MuJoCo, and JAX where imported, do not survive `fork` reliably), each with one
-env, handing out episode indices one at a time; the parent shows a progress bar over finished
-episodes, puts them in index order and writes the files as one process does. Each worker returns its
-episodes as numpy arrays (float32; ~0.3 MB per 1001-row cube-single episode); the parent holds the
-whole dataset once, as with one process. A worker's exception is raised again in the parent with the
-worker's message and traceback (`__cause__`) and a note naming the episode; a worker process that dies
-raises `BrokenProcessPool`; remaining episodes are cancelled and no file is written. A script that
-calls `generate_dataset(..., num_workers=W)` itself must guard its entry point with
-`if __name__ == "__main__":` ('spawn' re-imports the main module).
+Worker processes: `--num_workers=W` (W > 1) starts `min(W, episodes)` 'spawn' processes (MuJoCo and JAX do
+not survive `fork`), one env each, handed one episode index at a time (`_map_in_processes`: a worker's exception
+or death is raised in the parent, naming the episode); the parent puts the episodes in index order and writes the
+files as one process does. A script calling `generate_dataset(..., num_workers=W)` needs the
+`if __name__ == "__main__":` guard ('spawn' re-imports the main module).
 
 Command line (run from the repository root):
 
@@ -67,17 +62,16 @@ Command line (run from the repository root):
         --save_path=~/.ogbench/data/cube-single-play-v0.npz [--dataset_type=play|noisy] \\
         [--max_episode_steps=1001] [--num_workers=W] [--if_missing]
 
-Cost, measured here (ogbench 1.2.2, mujoco 4.0.0, the 2-core VM idle, 20 + 2 episodes of 1001 rows, seed 0):
-one process spends 1.1-1.3 s of CPU per episode (cube-single play 1.14 s, scene play 1.30 s; an earlier
-measurement on this machine kind read ~3.5 s). Throughput, `--num_workers=1` -> `--num_workers=2`:
-cube-single play 0.88 -> 1.62 episodes/s (24.9 s -> 13.6 s), scene play 0.77 -> 1.39 episodes/s
-(28.6 s -> 15.9 s), i.e. 1.8x with two cores, and byte-identical files. Each worker costs ~2 s of
-start-up (imports, building the env) and episodes run 5-10% slower per core when all cores are busy.
-Workers only help with idle cores: while another job kept one of the two cores busy, W=2 was slower than
-W=1 (0.49 vs 0.85 episodes/s; this kernel's autogroup scheduling shares the CPU between sessions, not
-processes). Published sizes (1000 + 100 episodes) at ~1.3 s per episode take ~20-25 min in one process
-here and about `1100 * 1.3 s / W` with W workers on W idle cores (~1.5 min on 16 cores, projected, not
-measured; domains with more cubes may cost more per episode); cube-quadruple (5000 + 500) about 5x that.
+Resuming: each finished episode is kept in `<save_path>.parts/` (one `episode_<i>.npz`, written atomically,
+beside a `settings.json` of what makes an episode: the settings, `GENERATOR_VERSION`, the ogbench, mujoco and
+numpy versions and numpy's CPU loops in use, which change the last bits of its float math, docs/datasets.md
+section 2b). The same command run again after a stop (Ctrl-C, kill -9, the end of a job) makes only the episodes
+that are missing, and its files equal, byte for byte, those of a run that never stopped; an unreadable episode
+file is made again. A folder made by other settings is refused (`PartsMismatch`, naming what differs) unless
+`--overwrite` discards it. The folder goes once both files are written.
+
+Cost: about 1.1-1.3 s of CPU per 1001-row episode, 1.8x with two workers on two idle cores, ~20-25 min for
+1000 + 100 episodes in one process on the development machine (docs/benchmarks.md section 8).
 """
 
 from __future__ import annotations
@@ -86,9 +80,11 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import importlib.metadata
+import json
 import math
 import multiprocessing
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -154,12 +150,8 @@ def _p_stack(domain: str, rng: np.random.Generator) -> float:
     """Per-episode probability that a new cube target is on top of another cube (published values)."""
     if domain == "cube-single":
         return 0.0
-    low_high = {
-        "cube-double": (0.0, 0.25),
-        "cube-triple": (0.05, 0.35),
-        "cube-quadruple": (0.1, 0.5),
-        "cube-octuple": (0.0, 0.35),
-    }
+    low_high = {"cube-double": (0.0, 0.25), "cube-triple": (0.05, 0.35), "cube-quadruple": (0.1, 0.5)}
+    low_high["cube-octuple"] = (0.0, 0.35)
     if domain in low_high:
         return float(rng.uniform(*low_high[domain]))
     return 0.5  # scene (puzzle ignores it)
@@ -222,21 +214,10 @@ def _preserved_global_numpy():
 
 
 def episode_streams(seed: int, index: int) -> tuple[int, int, np.random.Generator]:
-    """The random streams of episode `index` (0-based, train episodes first, then val) of `seed`.
-
-    Episode `index` owns the child `np.random.SeedSequence(seed, spawn_key=(index,))`, i.e.
-    `np.random.SeedSequence(seed).spawn(index + 1)[index]`, split by `.spawn(3)` into three streams.
-
-    Args:
-        seed: the generation's `--seed` (a non-negative int).
-        index: the episode's position in the output, train episodes `0..num_episodes-1` then val.
-
-    Returns:
-        `(env_seed, legacy_seed, rng)`: the `env.reset(seed=...)` seed of the episode's first attempt
-        (uint32 as int), the seed of numpy's global legacy RNG (`np.random.seed`, uint32 as int) for
-        ogbench's oracles, and our `np.random.Generator` (p_stack, noise level, random actions, action
-        noise).
-    """
+    """`(env_seed, legacy_seed, rng)` of episode `index` (0-based, train episodes first, then val) of `seed`:
+    the child `np.random.SeedSequence(seed, spawn_key=(index,))` split by `.spawn(3)` into the first attempt's
+    `env.reset(seed=...)` seed and the seed of numpy's global legacy RNG (ogbench's oracles draw from it), both
+    uint32 as int, and our `np.random.Generator` (p_stack, noise level, random actions, action noise)."""
     episode = np.random.SeedSequence(seed, spawn_key=(index,))
     env_ss, legacy_ss, rng_ss = episode.spawn(3)
     return int(env_ss.generate_state(1)[0]), int(legacy_ss.generate_state(1)[0]), np.random.default_rng(rng_ss)
@@ -417,32 +398,101 @@ def _map_in_processes(fn, arg, indices, num_workers: int) -> Iterator[tuple[int,
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+class PartsMismatch(ValueError):
+    """`<save_path>.parts/` holds episodes that other settings made (module docstring, Resuming)."""
+
+
+class _Parts:
+    """The finished episodes of one generation on disk, `<train_path>.parts/` (module docstring, Resuming).
+    Opening it for `settings` raises `PartsMismatch`, naming what differs, where another generation left it,
+    unless `discard_other` (`--overwrite`), which empties it."""
+
+    def __init__(self, train_path: str, settings: _Settings, discard_other: bool):
+        self.folder, path = f"{train_path}.parts", os.path.join(f"{train_path}.parts", "settings.json")
+        try:
+            from numpy._core import _multiarray_umath as umath  # the vector loops numpy picked for this CPU
+
+            loops = [t for t in umath.__cpu_dispatch__ if umath.__cpu_features__.get(t)]
+        except (ImportError, AttributeError):
+            loops = None
+        record = {**dataclasses.asdict(settings), "name": settings.name.dataset_name, "numpy_cpu_loops": loops}
+        record |= {f"{p}_version": importlib.metadata.version(p) for p in ("ogbench", "mujoco", "numpy")}
+        self.record = json.loads(json.dumps({"generator_version": GENERATOR_VERSION, **record}))
+        if os.path.isdir(self.folder) and any(n.startswith("episode_") for n in os.listdir(self.folder)):
+            try:
+                with open(path) as f:
+                    old = json.load(f)
+            except (OSError, ValueError):
+                old = {}
+            differ = [f"{k} {old.get(k)!r} -> {v!r}" for k, v in self.record.items() if old.get(k) != v]
+            if differ and not discard_other:
+                raise PartsMismatch(
+                    f"{self.folder} holds episodes another generation made ({'; '.join(differ)}): run that "
+                    "command again to finish it, remove the folder, or pass --overwrite to discard it."
+                )
+            if differ:
+                shutil.rmtree(self.folder)
+        os.makedirs(self.folder, exist_ok=True)
+        with open(f"{path}.tmp", "w") as f:
+            json.dump(self.record, f, indent=1, sort_keys=True)
+        os.replace(f"{path}.tmp", path)
+
+    def path(self, index: int) -> str:
+        return os.path.join(self.folder, f"episode_{index:06d}.npz")
+
+    def finished(self, count: int) -> dict[int, tuple[dict[str, np.ndarray], int]]:
+        """`{i: (episode, redraws)}` of the episodes `i < count` on disk; an unreadable file is removed."""
+        done = {}
+        for i in filter(lambda i: os.path.exists(self.path(i)), range(count)):
+            try:
+                with np.load(self.path(i), allow_pickle=False) as z:
+                    arrays = {k: z[k] for k in z.files}
+                done[i] = (arrays, int(arrays.pop("redrawn")))
+            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+                os.remove(self.path(i))
+        return done
+
+    def save(self, index: int, episode: dict[str, np.ndarray], redrawn: int) -> None:
+        write_npz(self.path(index), {**episode, "redrawn": np.asarray(redrawn)})
+
+
 def _generate_episodes(
-    settings: _Settings, count: int, num_workers: int, progress: bool
+    settings: _Settings, count: int, num_workers: int, progress: bool, parts: _Parts
 ) -> tuple[list[dict[str, np.ndarray]], int]:
     """Episodes `0..count-1` in index order, and the total number of scene redraws.
 
-    `num_workers == 1` runs in this process; more run in worker processes (`_map_in_processes`).
-    Either way episode `i` is `_EpisodeMaker(settings).episode(i)`, so the result does not depend on
-    `num_workers`. Numpy's global legacy RNG is left as the caller had it.
+    The episodes `parts` holds are read, the others made and saved there as they finish. `num_workers == 1`
+    runs in this process; more run in worker processes (`_map_in_processes`). Either way episode `i` is
+    `_EpisodeMaker(settings).episode(i)`, so the result does not depend on `num_workers` or on how often the
+    generation was stopped. Numpy's global legacy RNG is left as the caller had it.
     """
     episodes: list = [None] * count
-    num_redrawn = 0
-    bar = progress_bar(total=count, desc=settings.name.dataset_name, unit="episodes", disable=not progress)
+    done = parts.finished(count)
+    num_redrawn = sum(redrawn for _, redrawn in done.values())
+    for i, (episode, _) in done.items():
+        episodes[i] = episode
+    todo = [i for i in range(count) if i not in done]
+    if done and progress:
+        print(f"{parts.folder}: {len(done)} of {count} episodes made before; making the other {len(todo)}.")
+    bar = progress_bar(
+        total=count, initial=len(done), desc=settings.name.dataset_name, unit="episodes", disable=not progress
+    )
     try:
         if num_workers == 1:
             maker = _EpisodeMaker(settings)
             try:
                 with _preserved_global_numpy():
-                    for i in range(count):
+                    for i in todo:
                         episodes[i], redrawn = maker.episode(i)
+                        parts.save(i, episodes[i], redrawn)
                         num_redrawn += redrawn
                         bar.update()
             finally:
                 maker.close()
-        else:
-            for i, (episode, redrawn) in _map_in_processes(_worker_episode, settings, range(count), num_workers):
+        elif todo:
+            for i, (episode, redrawn) in _map_in_processes(_worker_episode, settings, todo, num_workers):
                 episodes[i] = episode
+                parts.save(i, episode, redrawn)
                 num_redrawn += redrawn
                 bar.update()
     finally:
@@ -609,7 +659,8 @@ def generate_dataset(
     total = num_episodes + num_val_episodes
     num_workers = min(int(num_workers), total)
     start = time.perf_counter()
-    episodes, num_redrawn = _generate_episodes(episode_settings, total, num_workers, progress)
+    parts = _Parts(train_path, episode_settings, discard_other=overwrite)
+    episodes, num_redrawn = _generate_episodes(episode_settings, total, num_workers, progress, parts)
 
     os.makedirs(os.path.dirname(os.path.abspath(train_path)), exist_ok=True)
     train, val = _stack(episodes[:num_episodes]), _stack(episodes[num_episodes:])
@@ -627,6 +678,7 @@ def generate_dataset(
         arrays[GENERATOR_METADATA_KEY] = encode_generator_metadata(generator_metadata(name, split, count, **settings))
     write_npz(val_path, val)
     write_npz(train_path, train)
+    shutil.rmtree(parts.folder, ignore_errors=True)
     return {
         "train_path": train_path,
         "val_path": val_path,
@@ -681,21 +733,25 @@ def main(_):
     except (ValueError, FileExistsError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    summary = generate_dataset(
-        f.env_name,
-        num_episodes=f.num_episodes,
-        seed=f.seed,
-        save_path=f.save_path,
-        dataset_type=f.dataset_type,
-        max_episode_steps=f.max_episode_steps,
-        num_val_episodes=f.num_val_episodes,
-        noise=f.noise,
-        noise_smoothing=f.noise_smoothing,
-        min_norm=f.min_norm,
-        p_random_action=f.p_random_action,
-        overwrite=f.overwrite,
-        num_workers=f.num_workers,
-    )
+    try:
+        summary = generate_dataset(
+            f.env_name,
+            num_episodes=f.num_episodes,
+            seed=f.seed,
+            save_path=f.save_path,
+            dataset_type=f.dataset_type,
+            max_episode_steps=f.max_episode_steps,
+            num_val_episodes=f.num_val_episodes,
+            noise=f.noise,
+            noise_smoothing=f.noise_smoothing,
+            min_norm=f.min_norm,
+            p_random_action=f.p_random_action,
+            overwrite=f.overwrite,
+            num_workers=f.num_workers,
+        )
+    except PartsMismatch as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     s = summary
     print(
         f"Wrote {s['train_path']} ({s['num_train_episodes']} episodes, {s['num_train_rows']} rows) and "

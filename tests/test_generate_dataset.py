@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 import zipfile
 
@@ -667,3 +668,49 @@ def test_every_shard_is_checked_before_the_first_loads(cube_file, tmp_path):
     with pytest.raises(ValueError) as e:
         make_env_and_datasets(CUBE_ENV, dataset_path=str(text))
     assert f"Dataset file {text} is not an npz archive" in str(e.value) and "allow_pickle" not in str(e.value)
+
+
+def test_a_stopped_generation_resumes_to_the_same_bytes(tmp_path):
+    """kill -9 mid-way, one episode file damaged, the same command again: the files of a run never stopped. A
+    folder left by other settings is refused, naming what differs, and discarded by --overwrite."""
+    settings = dict(num_episodes=12, max_episode_steps=4 * STEPS, progress=False)
+    twin = str(tmp_path / "twin.npz")
+    generate_dataset("cube-single-play-v0", seed=0, save_path=twin, **settings)
+    path, parts = str(tmp_path / "stopped.npz"), str(tmp_path / "stopped.npz.parts")
+    args = ["--env_name=cube-single-play-v0", "--num_episodes=12", f"--max_episode_steps={4 * STEPS}"]
+    cmd = [sys.executable, "-m", "envs.generate_dataset", *args, f"--save_path={path}"]
+    proc = subprocess.Popen([*cmd, "--seed=0"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    made = lambda: sorted(n for n in os.listdir(parts) if n.endswith(".npz")) if os.path.isdir(parts) else []  # noqa: E731
+    deadline = time.monotonic() + 120
+    while len(made()) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.kill()
+    proc.wait()
+    kept = made()
+    assert 3 <= len(kept) < 13 and not os.path.exists(path), kept  # stopped mid-way: 12 + 1 val episodes
+    with open(os.path.join(parts, "settings.json")) as f:
+        record = json.load(f)
+    assert record["seed"] == 0 and record["generator_version"] == gd.GENERATOR_VERSION
+    assert isinstance(record["numpy_cpu_loops"], list)
+    with open(os.path.join(parts, kept[1]), "wb") as f:  # a damaged episode file is made again
+        f.write(b"not an npz")
+    shutil.copytree(parts, str(tmp_path / "other.npz.parts"))
+
+    other = subprocess.run([*cmd, "--seed=1"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert other.returncode == 2 and other.stderr.count("\n") == 1, other.stderr
+    assert f"error: {parts} holds episodes another generation made (seed 0 -> 1)" in other.stderr, other.stderr
+    assert made() == kept and not os.path.exists(path)
+
+    again = subprocess.run([*cmd, "--seed=0"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert f"{parts}: {len(kept) - 1} of 13 episodes made before; making the other {14 - len(kept)}." in again.stdout
+    assert _files_equal(path, twin)  # and the val files
+    assert not os.path.exists(parts)
+
+    small = {**settings, "num_episodes": 2}  # the counts are not part of what makes an episode
+    with pytest.raises(gd.PartsMismatch, match="seed 0 -> 1"):
+        generate_dataset("cube-single-play-v0", seed=1, save_path=str(tmp_path / "other.npz"), **small)
+    generate_dataset("cube-single-play-v0", seed=1, save_path=str(tmp_path / "other.npz"), overwrite=True, **small)
+    generate_dataset("cube-single-play-v0", seed=1, save_path=str(tmp_path / "fresh.npz"), **small)
+    assert _files_equal(str(tmp_path / "other.npz"), str(tmp_path / "fresh.npz"))
+    assert not os.path.exists(str(tmp_path / "other.npz.parts"))
