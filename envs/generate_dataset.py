@@ -114,6 +114,7 @@ from utils.startup import parse_absl_flags, quiet_startup
 
 # Bump when a seed would no longer give the same draws (a change in the procedure or its defaults).
 GENERATOR_VERSION = 2  # 2: per-episode random streams (`episode_streams`); 1: one sequential stream
+_VERSIONED = ("ogbench", "mujoco", "numpy")  # the packages whose versions a file and a parts folder record
 
 
 def expert_data_error(dataset_name: str) -> str:
@@ -150,8 +151,8 @@ def _p_stack(domain: str, rng: np.random.Generator) -> float:
     """Per-episode probability that a new cube target is on top of another cube (published values)."""
     if domain == "cube-single":
         return 0.0
-    low_high = {"cube-double": (0.0, 0.25), "cube-triple": (0.05, 0.35), "cube-quadruple": (0.1, 0.5)}
-    low_high["cube-octuple"] = (0.0, 0.35)
+    low_high = {"cube-double": (0.0, 0.25), "cube-triple": (0.05, 0.35), "cube-quadruple": (0.1, 0.5),
+                "cube-octuple": (0.0, 0.35)}  # fmt: skip
     if domain in low_high:
         return float(rng.uniform(*low_high[domain]))
     return 0.5  # scene (puzzle ignores it)
@@ -408,15 +409,17 @@ class _Parts:
     unless `discard_other` (`--overwrite`), which empties it."""
 
     def __init__(self, train_path: str, settings: _Settings, discard_other: bool):
-        self.folder, path = f"{train_path}.parts", os.path.join(f"{train_path}.parts", "settings.json")
-        try:
-            from numpy._core import _multiarray_umath as umath  # the vector loops numpy picked for this CPU
+        self.folder = f"{train_path}.parts"
+        path = os.path.join(self.folder, "settings.json")
+        try:  # numpy's vector loops for this CPU (private; np.show_runtime only prints them): episodes made under
+            # others (AVX-512 or not) differ in the last bits (docs/datasets.md 2b); mixed, no command makes the file
+            from numpy._core import _multiarray_umath as umath
 
             loops = [t for t in umath.__cpu_dispatch__ if umath.__cpu_features__.get(t)]
         except (ImportError, AttributeError):
             loops = None
         record = {**dataclasses.asdict(settings), "name": settings.name.dataset_name, "numpy_cpu_loops": loops}
-        record |= {f"{p}_version": importlib.metadata.version(p) for p in ("ogbench", "mujoco", "numpy")}
+        record |= {f"{p}_version": importlib.metadata.version(p) for p in _VERSIONED}
         self.record = json.loads(json.dumps({"generator_version": GENERATOR_VERSION, **record}))
         if os.path.isdir(self.folder) and any(n.startswith("episode_") for n in os.listdir(self.folder)):
             try:
@@ -466,11 +469,9 @@ def _generate_episodes(
     `_EpisodeMaker(settings).episode(i)`, so the result does not depend on `num_workers` or on how often the
     generation was stopped. Numpy's global legacy RNG is left as the caller had it.
     """
-    episodes: list = [None] * count
     done = parts.finished(count)
+    episodes = [done[i][0] if i in done else None for i in range(count)]
     num_redrawn = sum(redrawn for _, redrawn in done.values())
-    for i, (episode, _) in done.items():
-        episodes[i] = episode
     todo = [i for i in range(count) if i not in done]
     if done and progress:
         print(f"{parts.folder}: {len(done)} of {count} episodes made before; making the other {len(todo)}.")
@@ -478,7 +479,7 @@ def _generate_episodes(
         total=count, initial=len(done), desc=settings.name.dataset_name, unit="episodes", disable=not progress
     )
     try:
-        if num_workers == 1:
+        if todo and num_workers == 1:  # (nothing to make: no env is built)
             maker = _EpisodeMaker(settings)
             try:
                 with _preserved_global_numpy():
@@ -502,7 +503,7 @@ def _generate_episodes(
 
 def generator_metadata(name: OGBenchName, split: str, num_episodes: int, **settings) -> dict:
     """The settings stored in a file under `GENERATOR_METADATA_KEY` (no path, no time: same seed, same bytes)."""
-    versions = {f"{p}_version": importlib.metadata.version(p) for p in ("ogbench", "mujoco", "numpy")}
+    versions = {f"{p}_version": importlib.metadata.version(p) for p in _VERSIONED}
     return {
         "generator": "envs.generate_dataset",
         "generator_version": GENERATOR_VERSION,

@@ -680,7 +680,10 @@ def test_a_stopped_generation_resumes_to_the_same_bytes(tmp_path):
     args = ["--env_name=cube-single-play-v0", "--num_episodes=12", f"--max_episode_steps={4 * STEPS}"]
     cmd = [sys.executable, "-m", "envs.generate_dataset", *args, f"--save_path={path}"]
     proc = subprocess.Popen([*cmd, "--seed=0"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    made = lambda: sorted(n for n in os.listdir(parts) if n.endswith(".npz")) if os.path.isdir(parts) else []  # noqa: E731
+
+    def made():
+        return sorted(n for n in os.listdir(parts) if n.endswith(".npz")) if os.path.isdir(parts) else []
+
     deadline = time.monotonic() + 120
     while len(made()) < 3 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
